@@ -1,0 +1,481 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to this toolkit
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure evaluation logic shared by the modules: topology verification, per-GPU health
+checks, RDMA port checks, gpu_settings planning, Prometheus textfile rendering."""
+
+from __future__ import absolute_import, division, print_function
+
+from ansible.module_utils.gpu_parsers import (DISTANCE_ORDER, ParseError, distance_rank,
+                                              nvlink_count)
+
+__metaclass__ = type
+
+SEVERITIES = ('ok', 'warn', 'fail')
+_LABELS = {
+    'link_code': 'link', 'min_nvlinks': 'nvlinks', 'nic_max_distance': 'nic distance',
+    'gpu_count': 'gpu count', 'nic_count': 'nic count', 'nvlinks_active': 'link state',
+    'links_per_gpu': 'nvlink count',
+}
+
+
+def mismatch_msg(what, mismatches):
+    parts = []
+    for m in mismatches:
+        label = _LABELS.get(m['check'], m['check'])
+        parts.append('%s %s expected %s found %s' % (m['item'], label, m['expected'], m['found']))
+    noun = 'mismatch' if len(mismatches) == 1 else 'mismatches'
+    return '%d %s %s: %s' % (len(mismatches), what, noun, '; '.join(parts))
+
+
+# --------------------------------------------------------------------------
+# nvlink_topology
+# --------------------------------------------------------------------------
+
+def _gpu_sort_key(name):
+    return int(name[3:]) if name.startswith('GPU') and name[3:].isdigit() else 0
+
+
+def verify_topology(topology, expected):
+    """Return a list of mismatches {item, check, expected, found} (empty when all match)."""
+    expected = expected or {}
+    mm = []
+    gpus = topology['gpus']
+    links = topology['links']
+    if expected.get('gpu_count') is not None and int(expected['gpu_count']) != topology['gpu_count']:
+        mm.append({'item': 'node', 'check': 'gpu_count', 'expected': int(expected['gpu_count']),
+                   'found': topology['gpu_count']})
+    if expected.get('nic_count') is not None and int(expected['nic_count']) != len(topology['nics']):
+        mm.append({'item': 'node', 'check': 'nic_count', 'expected': int(expected['nic_count']),
+                   'found': len(topology['nics'])})
+    code = expected.get('link_code')
+    min_nv = expected.get('min_nvlinks')
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1:]:
+            found = links.get(a, {}).get(b)
+            if code:
+                if found != code:
+                    mm.append({'item': '%s-%s' % (a, b), 'check': 'link_code', 'expected': code,
+                               'found': found})
+            elif min_nv is not None and nvlink_count(found) < int(min_nv):
+                mm.append({'item': '%s-%s' % (a, b), 'check': 'min_nvlinks',
+                           'expected': 'NV%d or more' % int(min_nv), 'found': found})
+    dist = expected.get('nic_max_distance')
+    if dist:
+        if dist not in DISTANCE_ORDER:
+            raise ParseError('expected.nic_max_distance %r is not one of %s' % (dist, ', '.join(DISTANCE_ORDER)))
+        limit = DISTANCE_ORDER.index(dist)
+        for g in gpus:
+            row = [(n, links.get(g, {}).get(n)) for n in topology['nics']]
+            row = [(n, c) for n, c in row if c]
+            best = min(row, key=lambda nc: distance_rank(nc[1])) if row else None
+            if best is None or distance_rank(best[1]) > limit:
+                mm.append({'item': '%s nic' % g, 'check': 'nic_max_distance', 'expected': '%s or closer' % dist,
+                           'found': '%s (%s)' % (best[1], best[0]) if best else 'no NIC'})
+    status = topology.get('nvlink')
+    if expected.get('nvlinks_active') and status is not None:
+        for g in gpus:
+            st = status.get(g)
+            if st is None:
+                mm.append({'item': '%s nvlink' % g, 'check': 'nvlinks_active', 'expected': 'active',
+                           'found': 'not reported'})
+            elif st['all_inactive']:
+                mm.append({'item': '%s nvlink' % g, 'check': 'nvlinks_active', 'expected': 'active',
+                           'found': 'all links inactive'})
+            elif not st['supported']:
+                mm.append({'item': '%s nvlink' % g, 'check': 'nvlinks_active', 'expected': 'active',
+                           'found': 'no NVLink'})
+            else:
+                for link in st['links']:
+                    if link['state'] != 'active':
+                        mm.append({'item': '%s link %d' % (g, link['link']), 'check': 'nvlinks_active',
+                                   'expected': 'active', 'found': link['state']})
+    per_gpu = expected.get('links_per_gpu')
+    if per_gpu is not None and status is not None:
+        for g in gpus:
+            st = status.get(g) or {'links': []}
+            n = len([x for x in st['links'] if x['state'] == 'active'])
+            if n != int(per_gpu):
+                mm.append({'item': '%s nvlink' % g, 'check': 'links_per_gpu', 'expected': int(per_gpu),
+                           'found': n})
+    thresholds = expected.get('max_nvlink_errors')
+    errors = topology.get('nvlink_errors')
+    if thresholds is not None and errors is not None:
+        for g in sorted(errors, key=_gpu_sort_key):
+            for link in sorted(errors[g]['links'], key=int):
+                for counter, value in sorted(errors[g]['links'][link].items()):
+                    if isinstance(thresholds, dict):
+                        limit = thresholds.get(counter)
+                        if limit is None:
+                            continue
+                    else:
+                        limit = thresholds
+                    if value is not None and value > int(limit):
+                        mm.append({'item': '%s link %s' % (g, link), 'check': 'max_nvlink_errors.%s' % counter,
+                                   'expected': '<= %d' % int(limit), 'found': value})
+    return mm
+
+
+# --------------------------------------------------------------------------
+# gpu_health
+# --------------------------------------------------------------------------
+
+def merge_records(primary, secondary):
+    """Fill None fields of the query-gpu records from the -q records (matched by bus id, else index)."""
+    by_bus = dict((r.get('bus_id'), r) for r in secondary)
+    by_idx = dict((r.get('index'), r) for r in secondary)
+    out = []
+    for rec in primary:
+        other = by_bus.get(rec.get('bus_id')) or by_idx.get(rec.get('index')) or {}
+        merged = dict(rec)
+        for k, v in other.items():
+            if merged.get(k) is None and v is not None and k != 'index':
+                merged[k] = v
+        for k in ('slowdown_temp_c', 'shutdown_temp_c'):
+            merged.setdefault(k, None)
+        out.append(merged)
+    return out
+
+
+def _chk(severity, message, value=None):
+    return {'severity': severity, 'message': message, 'value': value}
+
+
+def driver_matches(actual, wanted):
+    if wanted is None or wanted == '':
+        return True
+    wanted = str(wanted)
+    return actual == wanted or (actual or '').startswith(wanted.rstrip('.') + '.')
+
+
+def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
+    expected = expected or {}
+    c = {}
+    drv = rec.get('driver_version')
+    want = expected.get('driver_version')
+    if want and not driver_matches(drv, want):
+        c['driver_version'] = _chk('fail', 'driver %s, expected %s' % (drv, want), drv)
+    else:
+        c['driver_version'] = _chk('ok', 'driver %s' % drv, drv)
+    pm = rec.get('persistence_mode')
+    want_pm = expected.get('persistence_mode', True)
+    if pm is None:
+        c['persistence_mode'] = _chk('ok', 'persistence mode not reported', None)
+    elif bool(pm) == bool(want_pm):
+        c['persistence_mode'] = _chk('ok', 'persistence mode %s' % ('enabled' if pm else 'disabled'), pm)
+    else:
+        sev = 'fail' if 'persistence_mode' in expected else 'warn'
+        c['persistence_mode'] = _chk(sev, 'persistence mode %s, expected %s' % (
+            'enabled' if pm else 'disabled', 'enabled' if want_pm else 'disabled'), pm)
+    vol, agg = rec.get('ecc_uncorrected_volatile'), rec.get('ecc_uncorrected_aggregate')
+    val = {'volatile_uncorrected': vol, 'aggregate_uncorrected': agg}
+    if vol is None and agg is None:
+        c['ecc'] = _chk('ok', 'ECC counters not reported (ECC off or unsupported)', val)
+    elif vol:
+        c['ecc'] = _chk('fail', '%d volatile uncorrectable ECC errors (aggregate %s)' % (vol, agg), val)
+    elif agg:
+        c['ecc'] = _chk('warn', '%d aggregate uncorrectable ECC errors (none since reset)' % agg, val)
+    else:
+        c['ecc'] = _chk('ok', 'no uncorrectable ECC errors', val)
+    pend, dbe = rec.get('retired_pages_pending'), rec.get('retired_pages_dbe')
+    val = {'pending': pend, 'double_bit': dbe}
+    max_dbe = expected.get('max_retired_pages', 60)
+    if pend:
+        c['retired_pages'] = _chk('fail', 'page retirement pending (GPU reset needed), %s double-bit retired'
+                                  % dbe, val)
+    elif dbe is not None and dbe >= int(max_dbe):
+        c['retired_pages'] = _chk('fail', '%d double-bit retired pages (limit %d)' % (dbe, int(max_dbe)), val)
+    elif dbe:
+        c['retired_pages'] = _chk('warn', '%d double-bit retired pages' % dbe, val)
+    else:
+        c['retired_pages'] = _chk('ok', 'no pending page retirement' if pend is not None
+                                  else 'page retirement not reported (row remapping GPU)', val)
+    rp, rf, ru = rec.get('remapped_rows_pending'), rec.get('remapped_rows_failure'), \
+        rec.get('remapped_rows_uncorrectable')
+    val = {'pending': rp, 'failure': rf, 'uncorrectable': ru}
+    if rf:
+        c['row_remap'] = _chk('fail', 'row remapping failure occurred (RMA candidate)', val)
+    elif rp:
+        sev = 'fail' if expected.get('row_remap_pending_fail') else 'warn'
+        c['row_remap'] = _chk(sev, 'row remapping pending (GPU reset needed), %s uncorrectable' % ru, val)
+    elif rp is None and rf is None:
+        c['row_remap'] = _chk('ok', 'row remapping not reported', val)
+    else:
+        c['row_remap'] = _chk('ok', 'no pending row remap (%s uncorrectable rows remapped)' % ru, val)
+    mine = [e for e in xid_events or [] if e['bus_id'] == rec.get('bus_id')]
+    if xid_events is None:
+        c['xid'] = _chk('warn', 'kernel log not readable, Xid not checked', None)
+    elif not mine:
+        c['xid'] = _chk('ok', 'no Xid events', [])
+    else:
+        codes = sorted(set(e['xid'] for e in mine))
+        sev = 'fail' if any(e['severity'] == 'fail' for e in mine) else 'warn'
+        c['xid'] = _chk(sev, '%d Xid events, codes %s; last: %s' % (
+            len(mine), ', '.join(str(x) for x in codes), mine[-1]['message'][:120]), codes)
+    gc, gm, wc, wm = (rec.get('pcie_gen_current'), rec.get('pcie_gen_max'), rec.get('pcie_width_current'),
+                      rec.get('pcie_width_max'))
+    val = {'gen_current': gc, 'gen_max': gm, 'width_current': wc, 'width_max': wm}
+    pcie = expected.get('pcie') or {}
+    eg, ew = pcie.get('gen'), pcie.get('width')
+    want_w = int(ew) if ew is not None else wm
+    want_g = int(eg) if eg is not None else gm
+    if wc is not None and want_w is not None and wc < want_w:
+        c['pcie'] = _chk('fail', 'PCIe width x%s, expected x%s' % (wc, want_w), val)
+    elif eg is not None and gm is not None and gm < int(eg):
+        c['pcie'] = _chk('fail', 'PCIe max gen %s, expected gen %s' % (gm, eg), val)
+    elif gc is not None and want_g is not None and gc < want_g:
+        c['pcie'] = _chk('warn', 'PCIe gen %s below gen %s (may be idle link power saving)' % (gc, want_g), val)
+    else:
+        c['pcie'] = _chk('ok', 'PCIe gen %s x%s' % (gc, wc), val)
+    t = rec.get('temperature_c')
+    slow = rec.get('slowdown_temp_c')
+    alert = expected.get('temperature_alert_c')
+    if alert is None and slow is not None:
+        alert = slow - int(temperature_margin_c)
+    val = {'current': t, 'alert': alert, 'slowdown': slow}
+    if t is None:
+        c['temperature'] = _chk('ok', 'temperature not reported', val)
+    elif slow is not None and t >= slow:
+        c['temperature'] = _chk('fail', '%s C at or above slowdown %s C' % (t, slow), val)
+    elif alert is not None and t >= alert:
+        c['temperature'] = _chk('warn', '%s C at or above alert %s C' % (t, alert), val)
+    else:
+        c['temperature'] = _chk('ok', '%s C (alert %s C)' % (t, alert), val)
+    hw = rec.get('throttle_hw_slowdown')
+    ht = rec.get('throttle_hw_thermal')
+    pb = rec.get('throttle_hw_power_brake')
+    st = rec.get('throttle_sw_thermal')
+    val = {'hw_slowdown': hw, 'hw_thermal_slowdown': ht, 'hw_power_brake_slowdown': pb,
+           'sw_thermal_slowdown': st}
+    active = [k for k in ('hw_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown') if val[k]]
+    if active:
+        c['throttle'] = _chk('fail', 'clock event reasons active: %s' % ', '.join(active), val)
+    elif st:
+        c['throttle'] = _chk('warn', 'software thermal slowdown active', val)
+    else:
+        c['throttle'] = _chk('ok', 'no hardware slowdown', val)
+    draw, limit = rec.get('power_draw_w'), rec.get('power_limit_w')
+    want_limit = expected.get('power_limit_watts')
+    val = {'draw': draw, 'limit': limit}
+    if want_limit is not None and limit is not None and int(round(limit)) != int(want_limit):
+        c['power'] = _chk('warn', 'power limit %d W drifted from expected %d W' % (round(limit), int(want_limit)),
+                          val)
+    elif draw is not None and limit is not None and draw > limit * 1.05:
+        c['power'] = _chk('warn', 'power draw %.1f W above limit %.0f W' % (draw, limit), val)
+    else:
+        c['power'] = _chk('ok', 'power %s W of %s W' % (draw, limit), val)
+    fs, fst = rec.get('fabric_state'), rec.get('fabric_status')
+    val = {'state': fs, 'status': fst}
+    if expected.get('nvswitch'):
+        if fs == 'Completed' and fst == 'Success':
+            c['fabric'] = _chk('ok', 'fabric registration Completed/Success', val)
+        else:
+            c['fabric'] = _chk('fail', 'fabric state %s status %s, expected Completed/Success '
+                               '(is nvidia-fabricmanager running?)' % (fs, fst), val)
+    else:
+        c['fabric'] = _chk('ok', 'fabric not checked (no NVSwitch expected), state %s' % fs, val)
+    return c
+
+
+def evaluate_health(records, expected, xid_events, fail_on=('fail',), temperature_margin_c=5):
+    """Returns (gpus, node, summary)."""
+    expected = expected or {}
+    gpus = []
+    for rec in sorted(records, key=lambda r: r['index']):
+        gpus.append({'index': rec['index'], 'name': rec.get('name'), 'uuid': rec.get('uuid'),
+                     'bus_id': rec.get('bus_id'),
+                     'checks': evaluate_gpu(rec, expected, xid_events, temperature_margin_c)})
+    node = {}
+    n = len(records)
+    want = expected.get('gpu_count')
+    if want is not None and n < int(want):
+        node['count'] = _chk('fail', 'found %d GPUs, expected %d (%d missing)' % (n, int(want), int(want) - n), n)
+    elif want is not None and n > int(want):
+        node['count'] = _chk('warn', 'found %d GPUs, expected %d' % (n, int(want)), n)
+    elif n == 0:
+        node['count'] = _chk('fail', 'no GPUs found', 0)
+    else:
+        node['count'] = _chk('ok', 'found %d GPUs' % n, n)
+    versions = sorted(set(r.get('driver_version') or '' for r in records))
+    if len(versions) > 1:
+        node['driver'] = _chk('fail', 'GPUs report different drivers: %s' % ', '.join(versions), versions)
+    elif expected.get('driver_version') and versions and not driver_matches(versions[0], expected['driver_version']):
+        node['driver'] = _chk('fail', 'driver %s, expected %s' % (versions[0], expected['driver_version']),
+                              versions[0] if versions else None)
+    else:
+        node['driver'] = _chk('ok', 'driver %s' % (versions[0] if versions else None),
+                              versions[0] if versions else None)
+    if expected.get('nvswitch'):
+        bad = [str(g['index']) for g in gpus if g['checks']['fabric']['severity'] != 'ok']
+        if bad:
+            node['fabric'] = _chk('fail', 'fabric not Completed/Success on GPU %s' % ', '.join(bad), bad)
+        else:
+            node['fabric'] = _chk('ok', 'fabric Completed/Success on all GPUs', [])
+    else:
+        node['fabric'] = _chk('ok', 'fabric not checked (no NVSwitch expected)', None)
+    bus_ids = set(r.get('bus_id') for r in records)
+    stray = [e for e in xid_events or [] if e['bus_id'] not in bus_ids]
+    if stray:
+        node['xid'] = _chk('warn', 'Xid events for PCI devices not in the GPU list: %s' % ', '.join(
+            sorted(set('%s (Xid %d)' % (e['bus_id'], e['xid']) for e in stray))), len(stray))
+    summary = summarize(
+        [('GPU%d' % g['index'], g['checks']) for g in gpus] + [('node', node)], fail_on)
+    return gpus, node, summary
+
+
+def summarize(items, fail_on=('fail',)):
+    counts = dict((s, 0) for s in SEVERITIES)
+    failed, warned, hits = [], [], []
+    for who, checks in items:
+        for name in checks:
+            sev = checks[name]['severity']
+            counts[sev] += 1
+            label = '%s %s' % (who, name)
+            if sev == 'fail':
+                failed.append(label)
+            elif sev == 'warn':
+                warned.append(label)
+            if sev in fail_on:
+                hits.append('%s (%s: %s)' % (label, sev, checks[name]['message']))
+    verdict = 'fail' if counts['fail'] else ('warn' if counts['warn'] else 'ok')
+    return {'ok': counts['ok'], 'warn': counts['warn'], 'fail': counts['fail'], 'failed_checks': failed,
+            'warned_checks': warned, 'verdict': verdict, 'fail_on_hits': hits}
+
+
+def render_prometheus(gpus, node, summary, fail_on=('fail',)):
+    lines = ['# HELP gpu_health_check_status 1 for the current severity of each gpu_health check.',
+             '# TYPE gpu_health_check_status gauge']
+    for who, checks in [(str(g['index']), g['checks']) for g in gpus] + [('node', node)]:
+        for name in sorted(checks):
+            for sev in SEVERITIES:
+                lines.append('gpu_health_check_status{gpu="%s",check="%s",severity="%s"} %d'
+                             % (who, name, sev, 1 if checks[name]['severity'] == sev else 0))
+    lines += ['# HELP gpu_health_ok 1 when no check is at a fail_on severity.', '# TYPE gpu_health_ok gauge',
+              'gpu_health_ok %d' % (0 if summary['fail_on_hits'] else 1)]
+    for sev in SEVERITIES:
+        lines.append('gpu_health_checks{severity="%s"} %d' % (sev, summary[sev]))
+    lines[-3:-3] = ['# HELP gpu_health_checks Number of checks per severity.', '# TYPE gpu_health_checks gauge']
+    return '\n'.join(lines) + '\n'
+
+
+# --------------------------------------------------------------------------
+# rdma_health
+# --------------------------------------------------------------------------
+
+def evaluate_port(port, expected):
+    """port: dict from the sysfs reader; returns checks {name: {severity, message, value}} and mismatches."""
+    expected = expected or {}
+    checks = {}
+    mm = []
+    item = '%s/%s' % (port['device'], port['port'])
+
+    def check(name, ok, exp, found, message):
+        if ok:
+            checks[name] = _chk('ok', message, found)
+        else:
+            checks[name] = _chk('fail', '%s: %s expected %s found %s' % (item, name, exp, found), found)
+            mm.append({'item': item, 'check': name, 'expected': exp, 'found': found})
+
+    if expected.get('state'):
+        check('state', port.get('state_name') == str(expected['state']).upper(), str(expected['state']).upper(),
+              port.get('state_name'), 'state %s' % port.get('state'))
+    else:
+        check('state', port.get('state_name') == 'ACTIVE', 'ACTIVE', port.get('state_name'),
+              'state %s' % port.get('state'))
+    if port.get('phys_state_name') is not None:
+        check('phys_state', port.get('phys_state_name') == 'LinkUp', 'LinkUp', port.get('phys_state_name'),
+              'phys_state %s' % port.get('phys_state'))
+    if expected.get('link_layer'):
+        check('link_layer', port.get('link_layer') == expected['link_layer'], expected['link_layer'],
+              port.get('link_layer'), 'link layer %s' % port.get('link_layer'))
+    if expected.get('min_rate_gbps') is not None:
+        r = port.get('rate_gbps')
+        check('rate', r is not None and r >= float(expected['min_rate_gbps']),
+              '>= %s Gb/s' % expected['min_rate_gbps'], r, 'rate %s' % port.get('rate'))
+    if expected.get('netdev_mtu') is not None:
+        check('netdev_mtu', port.get('netdev_mtu') == int(expected['netdev_mtu']), int(expected['netdev_mtu']),
+              port.get('netdev_mtu'), 'netdev %s MTU %s' % (port.get('netdev'), port.get('netdev_mtu')))
+    if expected.get('active_mtu') is not None:
+        check('active_mtu', port.get('active_mtu') == int(expected['active_mtu']), int(expected['active_mtu']),
+              port.get('active_mtu'), 'active MTU %s (%s)' % (port.get('active_mtu'), port.get('active_mtu_source')))
+    if expected.get('gid_index') is not None:
+        check('gid', bool(port.get('gid')) and not port['gid'].startswith('0000:0000:0000:0000:0000:0000'),
+              'a GID at index %s' % expected['gid_index'], port.get('gid'), 'GID %s' % port.get('gid'))
+    if expected.get('gid_type'):
+        check('gid_type', port.get('gid_type') == expected['gid_type'], expected['gid_type'],
+              port.get('gid_type'), 'GID type %s' % port.get('gid_type'))
+    return checks, mm
+
+
+# --------------------------------------------------------------------------
+# gpu_settings
+# --------------------------------------------------------------------------
+
+def desired_power(current, power_limit_watts=None, node_power_budget_watts=None):
+    """Return {index: watts} (ints) or {} from the three ways of asking for a power limit."""
+    if power_limit_watts is not None and node_power_budget_watts is not None:
+        raise ValueError('power_limit_watts and node_power_budget_watts are mutually exclusive')
+    idx = [g['index'] for g in current]
+    if node_power_budget_watts is not None:
+        if not idx:
+            return {}
+        each = int(node_power_budget_watts) // len(idx)
+        return dict((i, each) for i in idx)
+    if power_limit_watts is None:
+        return {}
+    if isinstance(power_limit_watts, dict):
+        out = {}
+        for k, v in power_limit_watts.items():
+            try:
+                i = int(str(k).replace('GPU', ''))
+            except ValueError:
+                raise ValueError('power_limit_watts key %r is not a GPU index' % (k,))
+            if i not in idx:
+                raise ValueError('power_limit_watts names GPU %d but the node has GPUs %s'
+                                 % (i, ', '.join(str(x) for x in idx)))
+            out[i] = int(v)
+        return out
+    return dict((i, int(power_limit_watts)) for i in idx)
+
+
+def plan_settings(current, persistence_mode=None, power=None, application_clocks=None):
+    """Compare current settings with the wanted ones.
+
+    Returns (changes, errors, before, after): changes = list of {gpu, setting, before, after, argv_tail}.
+    errors = out-of-range messages (nothing must be changed when errors is non-empty)."""
+    power = power or {}
+    changes, errors = [], []
+    before, after = {}, {}
+    for g in sorted(current, key=lambda x: x['index']):
+        i = g['index']
+        b = {'persistence_mode': g['persistence_mode'],
+             'power_limit_watts': int(round(g['power_limit_w'])) if g['power_limit_w'] is not None else None,
+             'application_clocks': {'memory_mhz': g['app_clock_memory_mhz'],
+                                    'graphics_mhz': g['app_clock_graphics_mhz']}}
+        a = {'persistence_mode': b['persistence_mode'], 'power_limit_watts': b['power_limit_watts'],
+             'application_clocks': dict(b['application_clocks'])}
+        if persistence_mode is not None and bool(g['persistence_mode']) != bool(persistence_mode):
+            a['persistence_mode'] = bool(persistence_mode)
+            changes.append({'gpu': i, 'setting': 'persistence_mode', 'before': g['persistence_mode'],
+                            'after': bool(persistence_mode), 'args': ['-pm', '1' if persistence_mode else '0']})
+        if i in power:
+            w = int(power[i])
+            lo, hi = g['power_min_w'], g['power_max_w']
+            if lo is not None and hi is not None and not (int(round(lo)) <= w <= int(round(hi))):
+                errors.append('GPU%d: power limit %d W outside %d-%d W' % (i, w, round(lo), round(hi)))
+            elif b['power_limit_watts'] != w:
+                a['power_limit_watts'] = w
+                changes.append({'gpu': i, 'setting': 'power_limit_watts', 'before': b['power_limit_watts'],
+                                'after': w, 'args': ['-pl', str(w)]})
+        if application_clocks:
+            mem = int(application_clocks['memory_mhz'])
+            gfx = int(application_clocks['graphics_mhz'])
+            if g['app_clock_memory_mhz'] is None and g['app_clock_graphics_mhz'] is None:
+                errors.append('GPU%d: application clocks are not supported (nvidia-smi reports N/A)' % i)
+            elif (g['app_clock_memory_mhz'], g['app_clock_graphics_mhz']) != (mem, gfx):
+                a['application_clocks'] = {'memory_mhz': mem, 'graphics_mhz': gfx}
+                changes.append({'gpu': i, 'setting': 'application_clocks', 'before': b['application_clocks'],
+                                'after': a['application_clocks'], 'args': ['-ac', '%d,%d' % (mem, gfx)]})
+        before['GPU%d' % i] = b
+        after['GPU%d' % i] = a
+    return changes, errors, before, after
