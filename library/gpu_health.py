@@ -19,7 +19,7 @@ description:
     for what the query fields lack (slowdown and shutdown temperature thresholds)."
   - When the C(pynvml) module (nvidia-ml-py) imports on the node, the same values are read through
     NVML instead and nvidia-smi is not run.
-  - Reads the kernel log (C(dmesg), or O(kernel_log_path)) for C(NVRM: Xid) lines and maps them to GPUs
+  - Reads the kernel log (C(dmesg), or O(kernel_log_path)) for C(NVRM Xid) lines and maps them to GPUs
     by PCI bus id. Xid 48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120,
     140, 143-150 grade V(fail) (reset, drain or RMA); every other Xid (for example 13, 31, 43, 45,
     usually application faults) grades V(warn). If the kernel log cannot be read the module warns and

@@ -31,8 +31,8 @@ options:
     type: bool
   power_limit_watts:
     description:
-      - Power limit in watts, either one integer for every GPU or a dict from GPU index to watts
-        (for example C({0: 650, 1: 700})).
+      - "Power limit in watts, either one integer for every GPU or a dict from GPU index to watts
+        (for example C({0: 650, 1: 700}))."
       - Mutually exclusive with O(node_power_budget_watts).
     type: raw
   node_power_budget_watts:
