@@ -89,7 +89,8 @@ def run_module(main, args, responses, bins=None, check_mode=False):
     with patch_module_args(args), \
             mock.patch.object(basic.AnsibleModule, 'exit_json', _exit_json), \
             mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json), \
-            mock.patch.object(basic.AnsibleModule, 'run_command', runner), \
+            mock.patch.object(basic.AnsibleModule, 'run_command',
+                              lambda self, args, **kw: runner(self, args, **kw)), \
             mock.patch.object(basic.AnsibleModule, 'get_bin_path', get_bin_path):
         with pytest.raises(ModuleExit) as exc:
             main()
