@@ -30,6 +30,8 @@ DISTANCE_ORDER = ['X', 'PIX', 'PXB', 'PHB', 'NODE', 'SYS']
 _NV_RE = re.compile(r'^NV(\d+)$')
 _AFFINITY_HEADERS = ('CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID')
 _HEADER_TOKEN_RE = re.compile(r'CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+')
+_NIC_LEGEND_RE = re.compile(r'^(NIC\d+)\s*:\s*(\S+)$')
+_GPU_COL_RE = re.compile(r'^GPU\d+$')
 _AFFINITY_KEYS = {'CPU Affinity': 'cpu_affinity', 'NUMA Affinity': 'numa_affinity',
                   'GPU NUMA ID': 'gpu_numa_id'}
 
@@ -38,8 +40,11 @@ def strip_ansi(text):
     return ANSI_RE.sub('', text)
 
 
+_KNOWN_CODES = frozenset(DISTANCE_ORDER + ['NV%d' % n for n in range(1, 65)])
+
+
 def is_link_code(code):
-    return code in DISTANCE_ORDER or bool(_NV_RE.match(code))
+    return code in _KNOWN_CODES or bool(_NV_RE.match(code))
 
 
 def nvlink_count(code):
@@ -59,8 +64,9 @@ def distance_rank(code):
 
 
 def _split_row(line):
+    # matrix cells never contain spaces (codes, "0-55,112-167", "N/A"), so spaces are padding
     if '\t' in line:
-        return [f.strip() for f in line.split('\t')]
+        return line.replace(' ', '').split('\t')
     return line.split()
 
 
@@ -72,7 +78,9 @@ def parse_topo_matrix(text):
     """
     if not isinstance(text, str) or not text.strip():
         raise ParseError('topo -m output is empty')
-    lines = [strip_ansi(l).rstrip('\r\n') for l in text.splitlines()]
+    if '\x1b' in text:
+        text = strip_ansi(text)
+    lines = text.splitlines()
     # header: first non-empty line that mentions GPU0
     hidx = None
     for i, line in enumerate(lines):
@@ -93,7 +101,7 @@ def parse_topo_matrix(text):
             raise ParseError('topo -m header: device column %r after affinity columns' % tok)
         else:
             columns.append(tok)
-    gpus = [c for c in columns if re.match(r'^GPU\d+$', c)]
+    gpus = [c for c in columns if _GPU_COL_RE.match(c)]
     nic_columns = [c for c in columns if c not in gpus]
     rows = {}
     row_aff = {}
@@ -114,12 +122,13 @@ def parse_topo_matrix(text):
             raise ParseError('topo -m row %s (line %d): expected %d link fields, found %d (truncated row?)'
                              % (name, i + 1, len(columns), len(values)))
         codes = values[:len(columns)]
-        for col, code in zip(columns, codes):
-            if col == name:
-                if code != 'X':
-                    raise ParseError('topo -m row %s: self entry is %r, expected X' % (name, code))
-            elif not is_link_code(code):
-                raise ParseError('topo -m row %s column %s: unknown link code %r' % (name, col, code))
+        if not _KNOWN_CODES.issuperset(codes) or codes[columns.index(name)] != 'X':
+            for col, code in zip(columns, codes):
+                if col == name:
+                    if code != 'X':
+                        raise ParseError('topo -m row %s: self entry is %r, expected X' % (name, code))
+                elif not is_link_code(code):
+                    raise ParseError('topo -m row %s column %s: unknown link code %r' % (name, col, code))
         rows[name] = codes
         rest = values[len(columns):]
         if name in gpus:
@@ -144,20 +153,24 @@ def parse_topo_matrix(text):
     legend_style = 'none'
     for line in lines[i:]:
         s = line.strip()
-        m = re.match(r'^(NIC\d+)\s*:\s*(\S+)$', s)
-        if m:
-            nic_legend[m.group(1)] = m.group(2)
-        elif s.startswith('PIX') and '='in s:
+        if s.startswith('NIC'):
+            m = _NIC_LEGEND_RE.match(s)
+            if m:
+                nic_legend[m.group(1)] = m.group(2)
+        elif s.startswith('PIX') and '=' in s:
             legend_style = 'old' if 'switch' in s else 'new'
     nics = [nic_legend.get(c, c) for c in nic_columns]
     name_of = dict((c, nic_legend.get(c, c)) for c in columns)
-    links = dict((name_of[c], {}) for c in columns)
+    names = [name_of[c] for c in columns]
+    links = {}
     for rname, codes in rows.items():
-        for col, code in zip(columns, codes):
-            if col == rname:
-                continue
-            links[name_of[rname]][name_of[col]] = code
-            links[name_of[col]].setdefault(name_of[rname], code)
+        row = dict(zip(names, codes))
+        del row[name_of[rname]]
+        links[name_of[rname]] = row
+    for c in columns:  # rows nvidia-smi did not print: fill from the symmetric entries
+        n = name_of[c]
+        if n not in links:
+            links[n] = dict((r, links[r][n]) for r in links if n in links[r])
     cpu = dict((g, row_aff.get(g, {}).get('cpu_affinity', '')) for g in gpus)
     numa = dict((g, row_aff.get(g, {}).get('numa_affinity', '')) for g in gpus)
     gnuma = dict((g, row_aff.get(g, {}).get('gpu_numa_id', '')) for g in gpus)
