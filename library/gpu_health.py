@@ -64,7 +64,9 @@ options:
             description: Lane count.
             type: int
       temperature_alert_c:
-        description: Temperature that grades V(warn). Default is the GPU's slowdown threshold minus O(temperature_margin_c).
+        description:
+          - Temperature that grades V(warn).
+          - Default is the GPU's slowdown threshold minus O(temperature_margin_c).
         type: int
       power_limit_watts:
         description: Power limit every GPU should have; a different limit grades V(warn) (drift).
@@ -135,6 +137,7 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+---
 gpus:
   description: One entry per GPU.
   returned: always (also on failure)

@@ -85,6 +85,7 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+---
 changes:
   description: What was (or in check mode would be) changed.
   returned: always
@@ -96,7 +97,11 @@ gpus:
   description: Settings per GPU after the run (as read before, with the changes applied).
   returned: always
   type: dict
-  sample: {GPU0: {persistence_mode: true, power_limit_watts: 600, application_clocks: {memory_mhz: null, graphics_mhz: null}}}
+  sample:
+    GPU0:
+      persistence_mode: true
+      power_limit_watts: 600
+      application_clocks: {memory_mhz: null, graphics_mhz: null}
 diff:
   description: Ansible diff, C(before) and C(after) per GPU.
   returned: always

@@ -109,6 +109,7 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+---
 topology:
   description: Parsed topology (also returned when verification fails).
   returned: success or mismatch
@@ -165,7 +166,8 @@ topology:
     nvlink_errors:
       description:
         - Per GPU error counters from C(nvidia-smi nvlink -e), when read.
-          C(links) maps the link number (string) to counters such as C(replay_errors), C(recovery_errors), C(crc_errors).
+          C(links) maps the link number (string) to counters such as C(replay_errors),
+          C(recovery_errors), C(crc_errors).
       type: dict
       returned: when nvlink_errors is on
 mismatches:

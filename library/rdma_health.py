@@ -95,6 +95,7 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+---
 ports:
   description: One entry per device port.
   returned: always (also on failure)
