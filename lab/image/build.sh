@@ -20,8 +20,7 @@ debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mir
 bash "$here/setup-rootfs.sh" "$work/rootfs" >&2
 tar -C "$work/rootfs" -c . | docker import \
   --change 'CMD ["/sbin/init"]' \
-  --change 'ENV container=docker' \
-  --change 'STOPSIGNAL SIGRTMIN+3' \
+  --change "ENV container=docker" \
   - "$ref" >&2
 docker tag "$ref" "$repo:latest"
 echo "$ref"

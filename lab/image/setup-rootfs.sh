@@ -22,7 +22,9 @@ rm -f "$root"/etc/ssh/ssh_host_*
 mkdir -p "$root/etc/systemd/system/ssh.service.d"
 cat > "$root/etc/systemd/system/ssh.service.d/hostkeys.conf" <<'CONF'
 [Service]
+ExecStartPre=
 ExecStartPre=/usr/bin/ssh-keygen -A
+ExecStartPre=/usr/sbin/sshd -t
 CONF
 ln -sf /lib/systemd/system/ssh.service "$root/etc/systemd/system/multi-user.target.wants/ssh.service"
 echo "gpulab-node" > "$root/etc/hostname"

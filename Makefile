@@ -1,0 +1,60 @@
+# Two commands do everything: `make lab` (bring up the lab and provision it) and `make test`
+# (everything CI runs). Both set the machine up first (venv, Docker engine, node image).
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+export ANSIBLE_FORCE_COLOR ?= 0
+export PY_COLORS ?= 0
+LAB_VAULT := --vault-password-file .lab/vault-pass -e @.lab/secrets.vault.yml
+PLAYBOOK := $(BIN)/ansible-playbook $(LAB_VAULT)
+
+.PHONY: help setup image lab lab-up lab-down lab-clean lint unit molecule integration test bench
+
+help:
+	@echo "make lab        bring up the lab (containers, simulator) and run site.yml"
+	@echo "make test       lint, unit tests, Molecule, integration (what CI runs)"
+	@echo "make bench      module call benchmarks against ansible.builtin.ping"
+	@echo "make lab-down   remove every container, network and key the lab created"
+
+setup:
+	@scripts/ensure-host.sh
+
+image: setup
+	@LAB_IMAGE=$$(lab/image/build.sh) && docker tag "$$LAB_IMAGE" gpulab-node:latest && echo "node image: $$LAB_IMAGE"
+
+lab-up: image
+	@scripts/lab-secrets.sh
+	$(PLAYBOOK) playbooks/lab/up.yml
+	$(PLAYBOOK) playbooks/lab/simulator.yml
+
+lab: lab-up
+	$(PLAYBOOK) playbooks/site.yml
+
+lab-down:
+	@scripts/lab-down.sh
+
+lab-clean: lab-down
+	-docker image ls -q gpulab-node | sort -u | xargs -r docker image rm -f
+
+lint: setup
+	@scripts/stage.sh lint $(BIN)/yamllint -s .
+	@scripts/stage.sh ansible-lint $(BIN)/ansible-lint --profile production
+
+unit: setup
+	@scripts/stage.sh unit $(BIN)/pytest -q tests/unit
+
+molecule: image
+	@scripts/stage.sh molecule scripts/molecule-all.sh
+
+integration: image
+	@scripts/stage.sh integration $(BIN)/pytest -q -p no:cacheprovider tests/integration
+
+# Everything CI runs, in order; each stage prints its wall time; the first failure stops the run.
+test: setup
+	@scripts/stage.sh total $(MAKE) --no-print-directory lint unit molecule integration
+
+bench: lab-up
+	@$(BIN)/python tests/bench/bench_parsers.py
+	@$(BIN)/python tests/bench/bench_modules.py

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Remove everything the lab created: containers, networks, keys, secrets, fact cache, reports.
+# The node image stays cached (make lab-clean removes it too).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if docker info >/dev/null 2>&1; then
+  docker ps -aq --filter label=gpulab.lab=1 | xargs -r docker rm -f >/dev/null
+  docker network ls -q --filter label=gpulab.lab=1 | xargs -r docker network rm >/dev/null
+fi
+rm -rf .lab .cache/facts reports
+echo "lab removed"
