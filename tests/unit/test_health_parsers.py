@@ -254,6 +254,7 @@ def test_grading_healthy_h100():
     ({'throttle_sw_thermal': True}, 'throttle', 'warn', 'software thermal'),
     ({'power_limit_w': 650.0}, 'power', 'warn', 'drifted'),
     ({'fabric_state': 'In Progress'}, 'fabric', 'fail', 'In Progress'),
+    ({'fabric_state': None, 'fabric_status': None}, 'fabric', 'warn', 'pre-Hopper'),
     ({'persistence_mode': False}, 'persistence_mode', 'warn', 'disabled'),
     ({'driver_version': '550.54.15'}, 'driver_version', 'fail', 'expected 535'),
 ])

@@ -1,0 +1,147 @@
+"""The lab end to end: bring it up, converge site.yml, prove idempotence and check mode, inject every
+simulated fault and assert verify.yml finds each on the right node and GPU, then tear it down.
+
+Runs against real systemd containers over real SSH; needs root and a Docker engine (make integration
+sets both up). KEEP_LAB=1 leaves the lab running afterwards.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+VAULT = ["--vault-password-file", ".lab/vault-pass", "-e", "@.lab/secrets.vault.yml"]
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+REPORT = ROOT / "reports" / "readiness.json"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root and a Docker engine")
+
+
+def run(*args, check=True):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+    proc = subprocess.run(list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    out = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError("%s exited %d:\n%s" % (" ".join(args), proc.returncode, out[-6000:]))
+    return proc.returncode, out
+
+
+def playbook(*args, check=True):
+    return run(str(BIN / "ansible-playbook"), *VAULT, *args, check=check)
+
+
+def recap(out):
+    return {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                         "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+            for m in RECAP.finditer(out)}
+
+
+def report():
+    return {row["node"]: row for row in json.loads(REPORT.read_text())["nodes"]}
+
+
+def set_faults(host, faults):
+    playbook("playbooks/lab/faults.yml", "-l", host, "-e", json.dumps({"lab_faults": faults}))
+
+
+@pytest.fixture(scope="module")
+def lab():
+    run("scripts/lab-secrets.sh")
+    playbook("playbooks/lab/up.yml")
+    playbook("playbooks/lab/simulator.yml")
+    yield
+    if os.environ.get("KEEP_LAB") != "1":
+        run("scripts/lab-down.sh", check=False)
+
+
+GPU_NODES = ["gpu-a1", "gpu-a2", "gpu-a3", "gpu-b1", "gpu-b2", "gpu-b3"]
+
+
+def test_site_converges_and_every_node_is_ready(lab):
+    rc, out = playbook("playbooks/site.yml")
+    hosts = recap(out)
+    assert set(GPU_NODES) <= set(hosts), out[-3000:]
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+    rows = report()
+    assert sorted(rows) == GPU_NODES
+    not_ready = {n: r["reasons"] for n, r in rows.items() if not r["ready"]}
+    assert not_ready == {}
+    assert "6 of 6 nodes ready" in out
+    # Each node's full results carry the profile's real topology.
+    a1 = json.loads((ROOT / "reports" / "gpu-a1.json").read_text())
+    assert a1["topology"]["gpu_count"] == 8
+    assert a1["topology"]["links"]["GPU0"]["GPU1"] == "NV18"
+    b1 = json.loads((ROOT / "reports" / "gpu-b1.json").read_text())
+    assert b1["topology"]["links"]["GPU3"]["GPU4"] == "NV12"
+    assert [p["netdev_mtu"] for p in a1["rdma_ports"]] == [9000, 9000]
+
+
+def test_site_rerun_changes_nothing(lab):
+    rc, out = playbook("playbooks/site.yml")
+    hosts = recap(out)
+    assert hosts and all(h["changed"] == 0 for h in hosts.values()), hosts
+
+
+def test_check_diff_changes_nothing(lab):
+    rc, out = playbook("playbooks/site.yml", "--check", "--diff")
+    hosts = recap(out)
+    assert hosts and all(h["changed"] == 0 and h["failed"] == 0 for h in hosts.values()), hosts
+
+
+def test_lab_up_rerun_changes_nothing(lab):
+    for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml"):
+        rc, out = playbook(play)
+        hosts = recap(out)
+        assert hosts and all(h["changed"] == 0 for h in hosts.values()), (play, hosts)
+
+
+# node -> (faults, {column: [substrings every one of which must appear in that column's reasons]})
+FAULTS = {
+    "gpu-a1": ({"gpu_missing": [{"gpu": 3}]},
+               {"topology": ["gpu_count"], "gpus": ["count"]}),
+    "gpu-a2": ({"nvlink_inactive": [{"gpu": 2, "links": [5]}]},
+               {"topology": ["GPU2 link 5"]}),
+    "gpu-b1": ({"ecc_uncorrectable": [{"gpu": 1, "count": 4}], "row_remap_pending": [{"gpu": 6}]},
+               {"ecc": ["GPU1 ecc", "GPU6 row_remap"]}),
+    "gpu-b2": ({"xid": [{"gpu": 4, "code": 79}], "pcie_degraded": [{"gpu": 0, "width": 8}]},
+               {"xid": ["GPU4 xid", "79"], "pcie": ["GPU0 pcie", "x8"]}),
+    "gpu-b3": ({"over_temperature": [{"gpu": 2, "temp": 95}], "rdma_port_down": [{"device": "mlx5_1"}]},
+               {"gpus": ["GPU2 temperature"], "rdma": ["mlx5_1"]}),
+}
+
+
+def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
+    for host, (faults, _) in FAULTS.items():
+        set_faults(host, faults)
+    # A drifted power limit is a warning: reported on the right GPU, not gating.
+    set_faults("gpu-a3", {"power_limit_drift": [{"gpu": 1, "watts": 300}]})
+    try:
+        rc, out = playbook("playbooks/verify.yml", check=False)
+        assert rc != 0, "verify.yml must fail when nodes are not ready"
+        rows = report()
+        for host, (_, columns) in FAULTS.items():
+            row = rows[host]
+            assert not row["ready"], host
+            failing = {c for c, v in row["columns"].items() if v["status"] in ("fail", "error")}
+            assert failing == set(columns), (host, failing, row["reasons"])
+            for column, needles in columns.items():
+                text = " | ".join(row["columns"][column]["reasons"])
+                for needle in needles:
+                    assert needle in text, (host, column, needle, text)
+        a3 = rows["gpu-a3"]
+        assert a3["ready"], a3["reasons"]
+        assert a3["columns"]["gpus"]["status"] == "warn"
+        assert any("GPU1 power" in r for r in a3["columns"]["gpus"]["reasons"]), a3["columns"]["gpus"]
+        assert "1 of 6 nodes ready" in out
+    finally:
+        for host in list(FAULTS) + ["gpu-a3"]:
+            set_faults(host, {})
+    rc, out = playbook("playbooks/verify.yml")
+    assert all(r["ready"] for r in report().values())
