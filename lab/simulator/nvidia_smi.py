@@ -205,7 +205,10 @@ class Sim:
                     row["pcie.link.gen.gpucurrent"] = str(int(pcie["gen"]))
             hot = self.fault("over_temperature", phys)
             if hot:
+                shifted = _shift_tlimit(row.get("temperature.gpu"), row.get("temperature.gpu.tlimit"), hot["temp"])
                 row["temperature.gpu"] = str(int(hot["temp"]))
+                if shifted is not None:
+                    row["temperature.gpu.tlimit"] = str(shifted)
             out.append((vis, phys, row))
         return out
 
@@ -362,6 +365,28 @@ def _q_set(block, path, value):
     return False
 
 
+def _q_get(block, path):
+    """Value of the line at heading path 'A/B/key' of a -q block, or None."""
+    parts = path.split("/")
+    stack = []
+    for line in block[1:]:
+        level = (len(line) - len(line.lstrip())) // 4 - 1
+        name, sep, value = line.partition(":")
+        stack = stack[:max(level, 0)] + [name.strip()]
+        if sep and stack == parts:
+            return value.strip()
+    return None
+
+
+def _shift_tlimit(current, tlimit, new_temp):
+    """T.Limit is the margin left below the GPU's limit: it shrinks as the GPU heats up, so an
+    injected temperature moves it by the same amount (limit = recorded current + recorded margin)."""
+    try:
+        return int(current) + int(tlimit) - int(new_temp)
+    except (TypeError, ValueError):
+        return None
+
+
 def _q_section(block, title):
     for i, line in enumerate(block):
         if line.startswith("    " + title) and line[4:].partition(":")[0].strip() == title \
@@ -423,7 +448,12 @@ def cmd_q(sim, target, display):
                 _q_set(block, "PCI/GPU Link Info/Link Width/Current", "%dx" % int(pcie["width"]))
         hot = sim.fault("over_temperature", phys)
         if hot:
+            cur = (_q_get(block, "Temperature/GPU Current Temp") or "").split(" ")[0]
+            margin = (_q_get(block, "Temperature/GPU T.Limit Temp") or "").split(" ")[0]
             _q_set(block, "Temperature/GPU Current Temp", "%d C" % int(hot["temp"]))
+            shifted = _shift_tlimit(cur, margin, hot["temp"])
+            if shifted is not None:
+                _q_set(block, "Temperature/GPU T.Limit Temp", "%d C" % shifted)
         if sections is not None:
             keep = [block[0]]
             for title in sections:

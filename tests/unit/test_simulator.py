@@ -269,3 +269,15 @@ def test_infiniband_generator(tmp_path):
     assert json.loads(subprocess.check_output(args))["changed"] is True
     down = root / "mlx5_1" / "ports" / "1"
     assert (down / "state").read_text() == "1: DOWN\n" and (down / "phys_state").read_text() == "3: Disabled\n"
+
+
+def test_fault_over_temperature_shrinks_the_tlimit_margin(tmp_path):
+    # The L40S capture records 64 C with a 24 C T.Limit margin (limit 88 C); at 95 C the margin is -7 C.
+    l40s = Node(tmp_path, "pcie-l40s-4gpu")
+    before = l40s.query("temperature.gpu,temperature.gpu.tlimit")[2]
+    l40s.faults({"over_temperature": [{"gpu": 2, "temp": 95}]})
+    after = l40s.query("temperature.gpu,temperature.gpu.tlimit")[2]
+    assert int(before[0]) + int(before[1]) == 95 + int(after[1]) and after[0] == "95"
+    block = l40s.run("-q").split("\nGPU 0000")[3]
+    assert "GPU Current Temp                               : 95 C" in block
+    assert "GPU T.Limit Temp                               : %s C" % after[1] in block
