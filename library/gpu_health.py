@@ -223,6 +223,8 @@ commands:
 import os
 import tempfile
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_nvml import gather_nvml
 from ansible.module_utils.gpu_parsers import (HEALTH_QUERY_FIELDS, ParseError, parse_health_query,
@@ -238,10 +240,17 @@ def _import_pynvml():
         return None
 
 
-def read_with_smi(module, smi, commands):
-    argv = [smi, '--query-gpu=' + ','.join(HEALTH_QUERY_FIELDS), '--format=csv,noheader,nounits']
-    commands.append(argv)
-    rc, out, err = module.run_command(argv)
+def run_concurrently(module, argvs):
+    """Run independent read-only commands at once: each nvidia-smi call pays driver (or here,
+    interpreter) start-up, so overlapping them keeps a health pass close to one call's latency."""
+    if len(argvs) == 1:
+        return [module.run_command(argvs[0])]
+    with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
+        return list(pool.map(module.run_command, argvs))
+
+
+def parse_smi(module, query_result, q_result, commands):
+    rc, out, err = query_result
     if rc != 0:
         module.fail_json(msg='nvidia-smi --query-gpu failed (rc=%d): %s' % (rc, (err or out).strip()[:300]),
                          commands=commands)
@@ -249,9 +258,7 @@ def read_with_smi(module, smi, commands):
         records = parse_health_query(out)
     except ParseError as e:
         module.fail_json(msg='cannot parse nvidia-smi --query-gpu output: %s' % e, commands=commands)
-    argv = [smi, '-q']
-    commands.append(argv)
-    rc, out, err = module.run_command(argv)
+    rc, out, err = q_result
     if rc != 0:
         module.fail_json(msg='nvidia-smi -q failed (rc=%d): %s' % (rc, (err or out).strip()[:300]),
                          commands=commands)
@@ -262,7 +269,23 @@ def read_with_smi(module, smi, commands):
     return merge_records(records, q)
 
 
-def read_kernel_log(module, path, commands):
+def smi_argvs(smi):
+    return [[smi, '--query-gpu=' + ','.join(HEALTH_QUERY_FIELDS), '--format=csv,noheader,nounits'],
+            [smi, '-q']]
+
+
+def kernel_log_argv(module, path):
+    """argv for reading the kernel log, or None when a file is given or dmesg is absent."""
+    if path:
+        return None
+    dmesg = module.get_bin_path('dmesg', required=False)
+    if not dmesg:
+        module.warn('dmesg not found; Xid not checked')
+        return None
+    return [dmesg]
+
+
+def read_kernel_log(module, path, dmesg_result):
     if path:
         try:
             with open(path, 'r', errors='replace') as f:
@@ -270,12 +293,9 @@ def read_kernel_log(module, path, commands):
         except (IOError, OSError) as e:
             module.warn('cannot read kernel log %s: %s; Xid not checked' % (path, e))
             return None
-    dmesg = module.get_bin_path('dmesg', required=False)
-    if not dmesg:
-        module.warn('dmesg not found; Xid not checked')
+    if dmesg_result is None:
         return None
-    commands.append([dmesg])
-    rc, out, err = module.run_command([dmesg])
+    rc, out, err = dmesg_result
     if rc != 0:
         module.warn('dmesg failed (rc=%d: %s); Xid not checked' % (rc, (err or out).strip()[:200]))
         return None
@@ -335,11 +355,19 @@ def main():
         except Exception as e:  # noqa: BLE001 - NVML errors fall back to nvidia-smi
             module.warn('NVML failed (%s); using nvidia-smi' % e)
             records = None
+    argvs = []
     if records is None:
         smi = p['nvidia_smi_path'] or module.get_bin_path('nvidia-smi', required=True,
                                                           opt_dirs=['/usr/bin', '/usr/local/bin'])
-        records = read_with_smi(module, smi, commands)
-    log = read_kernel_log(module, p['kernel_log_path'], commands)
+        argvs = smi_argvs(smi)
+    dmesg_argv = kernel_log_argv(module, p['kernel_log_path'])
+    if dmesg_argv:
+        argvs.append(dmesg_argv)
+    commands.extend(argvs)
+    results = run_concurrently(module, argvs) if argvs else []
+    if records is None:
+        records = parse_smi(module, results[0], results[1], commands)
+    log = read_kernel_log(module, p['kernel_log_path'], results[-1] if dmesg_argv else None)
     try:
         xid_events = parse_xid_log(log) if log is not None else None
     except ParseError as e:

@@ -10,7 +10,7 @@ DOCUMENTATION = """
     name: bench_timer
     type: aggregate
     short_description: record per-host task wall times for tests/bench
-    description: Writes {task name: [seconds, ...]} to the file named by BENCH_OUT at the end of the run.
+    description: Writes a JSON map of task name to a list of seconds into the file named by BENCH_OUT.
     requirements: [enable in callbacks_enabled]
 """
 
