@@ -120,6 +120,45 @@ def readiness_table(rows):
     return "\n".join(lines)
 
 
+def _md_escape(text):
+    return str(text).replace("|", "\\|")
+
+
+def readiness_markdown(rows, details, cluster=""):
+    """Markdown report: the per-node table, the reasons, then each node's GPU link matrix.
+
+    `details` maps node -> its node_verify_report (for the topology); nodes without one get no matrix.
+    """
+    if not isinstance(rows, list) or not isinstance(details, dict):
+        raise AnsibleFilterError("readiness_markdown: rows must be a list and details a dict")
+    ready = sum(1 for r in rows if r["ready"])
+    out = ["# Cluster readiness%s" % (": " + cluster if cluster else ""), "",
+           "%d of %d nodes ready." % (ready, len(rows)), "",
+           "| node | rack | profile | " + " | ".join(COLUMNS) + " | verdict |",
+           "|---|---|---|" + "---|" * len(COLUMNS) + "---|"]
+    for r in rows:
+        cells = [r["node"], r.get("rack", ""), r.get("profile", "")]
+        cells += [r["columns"][c]["status"] for c in COLUMNS] + ["**%s**" % r["verdict"]]
+        out.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    for r in rows:
+        if r["reasons"]:
+            out += ["", "## %s: not ready" % r["node"], ""]
+            out += ["- %s" % _md_escape(reason) for reason in r["reasons"]]
+    for r in rows:
+        topo = (details.get(r["node"]) or {}).get("topology") or {}
+        gpus = topo.get("gpus") or []
+        if not gpus:
+            continue
+        links = topo.get("links") or {}
+        nics = topo.get("nics") or []
+        out += ["", "## %s: GPU link matrix" % r["node"], "",
+                "| | " + " | ".join(gpus + nics) + " |", "|---|" + "---|" * (len(gpus) + len(nics))]
+        for g in gpus:
+            cells = ["X" if g == other else links.get(g, {}).get(other, "") for other in gpus + nics]
+            out.append("| %s | %s |" % (g, " | ".join(cells)))
+    return "\n".join(out) + "\n"
+
+
 class FilterModule(object):
     """Readiness report filters."""
 
@@ -128,4 +167,5 @@ class FilterModule(object):
             "readiness_row": readiness_row,
             "readiness_missing_row": missing_row,
             "readiness_table": readiness_table,
+            "readiness_markdown": readiness_markdown,
         }

@@ -81,6 +81,15 @@ def test_site_converges_and_every_node_is_ready(lab):
     b1 = json.loads((ROOT / "reports" / "gpu-b1.json").read_text())
     assert b1["topology"]["links"]["GPU3"]["GPU4"] == "NV12"
     assert [p["netdev_mtu"] for p in a1["rdma_ports"]] == [9000, 9000]
+    # gpu_power turned persistence mode on everywhere (the recorded A100/L40S outputs had it off).
+    for node, row in rows.items():
+        assert not any("persistence_mode" in r for r in row["columns"]["gpus"]["reasons"]), (node, row)
+    md = (ROOT / "reports" / "readiness.md").read_text()
+    assert "6 of 6 nodes ready." in md and "| GPU0 | X | NV18 |" in md
+    assert "| GPU3 | NV12 | NV12 | NV12 | X | NV12 |" in md
+    rc, out = run(str(BIN / "ansible"), "gpu_nodes", *VAULT, "-m", "ansible.builtin.command",
+                  "-a", "systemctl is-enabled gpu-power-settings.service")
+    assert len(re.findall(r"^gpu-\w+ \| CHANGED \| rc=0 >>\nenabled$", out, re.M)) == 6, out
 
 
 def test_site_rerun_changes_nothing(lab):

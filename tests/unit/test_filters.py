@@ -108,3 +108,19 @@ def test_bad_input_is_named():
         readiness_row(None, "gpu-a1")
     with pytest.raises(AnsibleFilterError, match="rows must be a list"):
         readiness_table({"a": 1})
+
+
+def test_markdown_report_has_the_table_reasons_and_link_matrix():
+    from readiness import readiness_markdown
+    rows = [readiness_row(_results(), "gpu-a1", "rack_a", "hgx-h100-8gpu"),
+            missing_row("gpu-b1", "unreachable", "rack_b")]
+    details = {"gpu-a1": {"topology": {"gpus": ["GPU0", "GPU1"], "nics": ["mlx5_0"],
+                                       "links": {"GPU0": {"GPU1": "NV18", "mlx5_0": "PXB"},
+                                                 "GPU1": {"GPU0": "NV18", "mlx5_0": "SYS"}}}}}
+    md = readiness_markdown(rows, details, "gpulab").splitlines()
+    assert md[0] == "# Cluster readiness: gpulab" and "1 of 2 nodes ready." in md
+    assert "| gpu-a1 | rack_a | hgx-h100-8gpu | ok | ok | ok | ok | ok | ok | **ready** |" in md
+    assert "## gpu-b1: not ready" in md and "- node: unreachable" in md
+    assert "| | GPU0 | GPU1 | mlx5_0 |" in md
+    assert "| GPU0 | X | NV18 | PXB |" in md and "| GPU1 | NV18 | X | SYS |" in md
+    assert "## gpu-b1: GPU link matrix" not in md
