@@ -1,0 +1,94 @@
+"""filter_plugins/fabric.py: rail plan, ping targets, ping error lines, report."""
+
+import os
+import sys
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "filter_plugins"))
+
+from fabric import fabric_failed_pairs, fabric_ping_targets, fabric_report, ping_error, rdma_rail_plan  # noqa: E402
+
+RAILS = [{"name": "rail0", "subnet": "198.19.21.0/24", "mtu": 9000},
+         {"name": "rail1", "subnet": "198.19.22.0/24", "mtu": 9000}]
+FACTS = {
+    "interfaces": ["lo", "eth0", "eth1", "eth2"],
+    "eth0": {"ipv4": {"address": "172.17.0.2"}, "macaddress": "02:42:ac:11:00:02", "mtu": 1500},
+    "eth1": {"ipv4": {"address": "198.19.22.12"}, "macaddress": "02:42:c6:13:16:0c", "mtu": 9000},
+    "eth2": {"ipv4": {"address": "198.19.21.12"}, "macaddress": "02:42:c6:13:15:0c", "mtu": 1500},
+}
+
+
+def test_plan_by_subnet_finds_docker_order():
+    plan = rdma_rail_plan(RAILS, FACTS, 1, match="by_subnet")
+    assert [(p["name"], p["interface"], p["address_cidr"], p["table"]) for p in plan] == [
+        ("rail0", "eth2", "198.19.21.12/24", 100), ("rail1", "eth1", "198.19.22.12/24", 101)]
+    assert plan[0]["current_mtu"] == 1500
+    assert not any(p["shares_subnet"] for p in plan)
+
+
+def test_plan_by_name_by_mac_and_override():
+    plan = rdma_rail_plan(RAILS, FACTS, 0, match="by_mac",
+                          interfaces={"rail0": "02:42:C6:13:15:0C", "rail1": "02-42-c6-13-16-0c"},
+                          addresses={"rail1": "198.19.22.50"})
+    assert [p["interface"] for p in plan] == ["eth2", "eth1"]
+    assert plan[0]["address"] == "198.19.21.11" and plan[1]["address"] == "198.19.22.50"
+    assert rdma_rail_plan(RAILS, FACTS, 0, match="by_name",
+                          interfaces={"rail0": "eth1", "rail1": "eth2"})[0]["interface"] == "eth1"
+
+
+def test_plan_shared_subnet():
+    rails = [{"name": "a", "subnet": "10.0.0.0/24", "mtu": 9000},
+             {"name": "b", "subnet": "10.0.0.0/24", "mtu": 9000, "offset": 111}]
+    facts = {"interfaces": ["x", "y"], "x": {}, "y": {}}
+    plan = rdma_rail_plan(rails, facts, 2, match="by_name", interfaces={"a": "x", "b": "y"})
+    assert [p["address"] for p in plan] == ["10.0.0.13", "10.0.0.113"]
+    assert all(p["shares_subnet"] for p in plan)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"match": "by_name"}, "has no interface name"),
+    ({"match": "by_name", "interfaces": {"rail0": "ens9", "rail1": "eth1"}}, "ens9 does not exist"),
+    ({"match": "by_name", "interfaces": {"rail0": "eth1", "rail1": "eth1"}}, "carry more than one rail"),
+    ({"match": "by_subnet", "addresses": {"rail0": "198.19.99.1"}}, "is outside 198.19.21.0/24"),
+    ({"match": "by_wire"}, "is not one of"),
+])
+def test_plan_errors(kwargs, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        rdma_rail_plan(RAILS, FACTS, 1, **kwargs)
+
+
+def test_plan_by_subnet_without_address():
+    facts = dict(FACTS, eth2={"mtu": 9000})
+    with pytest.raises(AnsibleFilterError, match="rail rail0: expected one interface .* found 0"):
+        rdma_rail_plan(RAILS, facts, 1)
+
+
+def test_targets_and_report():
+    plan = rdma_rail_plan(RAILS, FACTS, 1)
+    hostvars = {"n0": {"node_index": 0}, "n1": {"node_index": 1}, "n2": {"node_index": 2,
+                                                               "rdma_rail_addresses": {"rail0": "198.19.21.99"}}}
+    targets = fabric_ping_targets(plan, hostvars, ["n0", "n1", "n2"], "n1")
+    assert [(t["rail"], t["dst"], t["dst_addr"], t["payload"]) for t in targets][:2] == [
+        ("rail0", "n0", "198.19.21.11", 8972), ("rail0", "n2", "198.19.21.99", 8972)]
+    results = [{"item": t, "rc": 0 if t["rail"] == "rail1" else 1,
+                "stdout": "", "stderr": "ping: local error: message too long, mtu=1500"} for t in targets]
+    report = fabric_report(results, plan, "n1")
+    assert report["pairs_checked"] == 4 and report["pairs_ok"] == 2 and not report["ok"]
+    assert report["failures"][0]["error"] == "local MTU 1500 is below the frame size"
+    assert [m["interface"] for m in report["mtu_mismatches"]] == ["eth2"]
+    lines = fabric_failed_pairs(report)
+    assert lines[0] == "rail0 n1 -> n0 (198.19.21.12 -> 198.19.21.11): local MTU 1500 is below the frame size"
+    assert lines[-1] == "rail0 n1 eth2 (198.19.21.12): MTU 1500, the rail is 9000"
+
+
+@pytest.mark.parametrize("stdout,stderr,expected", [
+    ("1 packets transmitted, 0 received, 100% packet loss, time 0ms", "", "no reply"),
+    ("From 198.19.21.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)", "", "path MTU 1500"),
+    ("From 198.19.21.12 icmp_seq=1 Destination Host Unreachable", "", "unreachable"),
+    ("", "ping: bind: Cannot assign requested address", "source address"),
+    ("", "odd", "ping exited 2: odd"),
+])
+def test_ping_error(stdout, stderr, expected):
+    assert expected in ping_error(stdout, stderr, 2)
