@@ -246,6 +246,50 @@ def fabric_failed_pairs(report):
     return lines
 
 
+def fabric_verdict(reports, me):
+    """This node's fabric status from every node's fabric_verify_report: {'status', 'reasons'}.
+
+    A failed jumbo ping implicates both ends, so the failures are attributed across the cluster: a node
+    is at fault on a rail when its own interface has the wrong MTU, or when every pair it is part of on
+    that rail failed in both directions (at least two peers). A node whose only failing pairs are with
+    nodes at fault gets a warning naming them; a failing pair that no fault explains fails both ends.
+    """
+    if not isinstance(reports, dict):
+        raise AnsibleFilterError("fabric_verdict: reports must be a dict of host -> fabric_verify_report")
+    if me not in reports:
+        return {"status": "skip", "reasons": ["fabric check did not run on %s" % me]}
+    failed = set()
+    for report in reports.values():
+        for f in (report or {}).get("failures", []):
+            failed.add((f["rail"], f["src"], f["dst"]))
+    hosts = sorted(reports)
+    rails = sorted(set(i["rail"] for r in reports.values() for i in (r or {}).get("interfaces", [])))
+    at_fault = {}
+    for host in hosts:
+        bad = set(i["rail"] for i in reports[host].get("mtu_mismatches", []))
+        peers = [p for p in hosts if p != host]
+        for rail in rails:
+            if len(peers) >= 2 and all((rail, host, p) in failed and (rail, p, host) in failed for p in peers):
+                bad.add(rail)
+        at_fault[host] = bad
+    mine = reports[me]
+    fail = list(fabric_failed_pairs({"mtu_mismatches": mine.get("mtu_mismatches", [])}))
+    fail += ["%s: every full-size ping to and from all %d peers failed" % (rail, len(hosts) - 1)
+             for rail in sorted(at_fault[me]) if rail not in set(i["rail"] for i in mine.get("mtu_mismatches", []))]
+    warn = []
+    for f in mine.get("failures", []):
+        line = fabric_failed_pairs({"failures": [f]})[0]
+        if f["rail"] in at_fault[me]:
+            continue
+        if f["rail"] in at_fault.get(f["dst"], ()):
+            warn.append("%s (%s is at fault on %s)" % (line, f["dst"], f["rail"]))
+        else:
+            fail.append(line)
+    if fail:
+        return {"status": "fail", "reasons": fail + warn}
+    return {"status": "warn" if warn else "ok", "reasons": warn}
+
+
 class FilterModule(object):
     """RoCE fabric filters."""
 
@@ -255,4 +299,5 @@ class FilterModule(object):
             "fabric_ping_targets": fabric_ping_targets,
             "fabric_report": fabric_report,
             "fabric_failed_pairs": fabric_failed_pairs,
+            "fabric_verdict": fabric_verdict,
         }

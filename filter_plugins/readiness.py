@@ -6,14 +6,14 @@ verdict: a node is ready when no column failed or errored. Warnings are reported
 
 from ansible.errors import AnsibleFilterError
 
-COLUMNS = ("topology", "gpus", "ecc", "xid", "pcie", "rdma")
+COLUMNS = ("topology", "gpus", "ecc", "xid", "pcie", "rdma", "fabric")
 # gpu_health check name -> readiness column; checks not listed land in "gpus".
 GPU_CHECK_COLUMN = {
     "ecc": "ecc", "retired_pages": "ecc", "row_remap": "ecc",
     "xid": "xid",
     "pcie": "pcie",
 }
-_RANK = {"ok": 0, "warn": 1, "fail": 2, "error": 3, "missing": 3}
+_RANK = {"skip": 0, "ok": 0, "warn": 1, "fail": 2, "error": 3, "missing": 3}
 
 
 def _worse(a, b):
@@ -75,14 +75,27 @@ def _rdma_column(result):
     return ("fail" if reasons else "ok"), reasons
 
 
+def _fabric_column(verdict):
+    """fabric_verify's verdict for this node ({'status', 'reasons'}, see fabric_verdict); skip if not run."""
+    if verdict is None:
+        return "skip", []
+    if not isinstance(verdict, dict) or verdict.get("status") not in _RANK:
+        return "error", ["fabric verdict unreadable: %r" % (verdict,)]
+    return verdict["status"], list(verdict.get("reasons") or [])
+
+
 def readiness_row(results, node, rack="", profile=""):
-    """One node's readiness from {'topology': ..., 'gpu': ..., 'rdma': ...} module results."""
+    """One node's readiness from {'topology': ..., 'gpu': ..., 'rdma': ..., 'fabric': ...} results.
+
+    'fabric' is optional: fabric_verify's verdict for the node; without it the column is 'skip'.
+    """
     if not isinstance(results, dict):
         raise AnsibleFilterError("readiness_row: results for %s must be a dict, got %r" % (node, type(results)))
     columns = {}
     columns["topology"] = _topology_column(results.get("topology"))
     columns.update(_gpu_columns(results.get("gpu")))
     columns["rdma"] = _rdma_column(results.get("rdma"))
+    columns["fabric"] = _fabric_column(results.get("fabric"))
     row = {"node": node, "rack": rack, "profile": profile, "columns": {}, "reasons": []}
     for col in COLUMNS:
         status, reasons = columns[col]

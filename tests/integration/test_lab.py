@@ -154,3 +154,55 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
             set_faults(host, {})
     rc, out = playbook("playbooks/verify.yml")
     assert all(r["ready"] for r in report().values())
+
+
+def rail_netdev(host, subnet):
+    """The netdev holding the node's address in a rail subnet (docker names rails eth1/eth2 in any order)."""
+    out = subprocess.run(["docker", "exec", "gpulab-" + host, "ip", "-o", "-4", "addr", "show", "to", subnet],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()[1]
+
+
+def host_veth(host, netdev):
+    """The host end of a node's veth: the switch port its rail plugs into."""
+    peer = subprocess.run(["docker", "exec", "gpulab-" + host, "cat", "/sys/class/net/%s/iflink" % netdev],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    for line in links.splitlines():
+        index, name = line.split(": ")[:2]
+        if index == peer:
+            return name.split("@")[0]
+    raise AssertionError("no host interface with index %s for %s %s" % (peer, host, netdev))
+
+
+def test_a_wrong_mtu_on_a_node_or_on_the_network_is_named(lab):
+    # gpu-a2's own rail0 interface at 1500, and gpu-b1's rail1 switch port (the host end of its veth) at
+    # 1500: the node still says 9000 there, only the jumbo pings can tell.
+    a2_dev = rail_netdev("gpu-a2", "198.18.1.0/24")
+    b1_port = host_veth("gpu-b1", rail_netdev("gpu-b1", "198.18.2.0/24"))
+    broken = [["docker", "exec", "gpulab-gpu-a2", "ip", "link", "set", "dev", a2_dev, "mtu", "%d"],
+              ["ip", "link", "set", "dev", b1_port, "mtu", "%d"]]
+    for cmd in broken:
+        subprocess.run([c.replace("%d", "1500") for c in cmd], check=True)
+    try:
+        rc, out = playbook("playbooks/verify.yml", check=False)
+        assert rc != 0, "verify.yml must fail when the fabric is wrong"
+        rows = report()
+        a2, b1 = rows["gpu-a2"]["columns"]["fabric"], rows["gpu-b1"]["columns"]["fabric"]
+        assert a2["status"] == "fail" and b1["status"] == "fail", (a2, b1)
+        assert "rail0 gpu-a2 %s (198.18.1.12): MTU 1500, the rail is 9000" % a2_dev in a2["reasons"], a2
+        assert b1["reasons"][0] == "rail1: every full-size ping to and from all 5 peers failed", b1
+        # The others reach everyone else: their failing pairs are only with the two at fault, so they warn.
+        for node in ("gpu-a1", "gpu-a3", "gpu-b2", "gpu-b3"):
+            fabric = rows[node]["columns"]["fabric"]
+            assert fabric["status"] == "warn" and rows[node]["ready"], (node, fabric)
+            assert any("-> gpu-a2" in r and "gpu-a2 is at fault on rail0" in r for r in fabric["reasons"]), fabric
+            assert any("-> gpu-b1" in r and "gpu-b1 is at fault on rail1" in r for r in fabric["reasons"]), fabric
+        details = json.loads((ROOT / "reports" / "gpu-a1.json").read_text())["fabric"]
+        assert details["pairs_checked"] == 10 and details["pairs_ok"] == 8, details
+        assert "4 of 6 nodes ready" in out
+    finally:
+        for cmd in broken:
+            subprocess.run([c.replace("%d", "9000") for c in cmd], check=True)
+    playbook("playbooks/verify.yml")
+    assert all(r["columns"]["fabric"]["status"] == "ok" for r in report().values())

@@ -8,7 +8,8 @@ from ansible.errors import AnsibleFilterError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "filter_plugins"))
 
-from fabric import fabric_failed_pairs, fabric_ping_targets, fabric_report, ping_error, rdma_rail_plan  # noqa: E402
+from fabric import (fabric_failed_pairs, fabric_ping_targets, fabric_report, fabric_verdict, ping_error,  # noqa: E402
+                    rdma_rail_plan)
 
 RAILS = [{"name": "rail0", "subnet": "198.19.21.0/24", "mtu": 9000},
          {"name": "rail1", "subnet": "198.19.22.0/24", "mtu": 9000}]
@@ -92,3 +93,36 @@ def test_targets_and_report():
 ])
 def test_ping_error(stdout, stderr, expected):
     assert expected in ping_error(stdout, stderr, 2)
+
+
+def _report(host, failures=(), mtu_rails=()):
+    """A fabric_verify_report with the given failing (rail, dst) pairs and rails at the wrong MTU."""
+    interfaces = [{"rail": r, "host": host, "interface": "eth1", "address": "a", "mtu": 1500 if r in mtu_rails else 9000,
+                   "expected_mtu": 9000, "ok": r not in mtu_rails} for r in ("rail0", "rail1")]
+    return {"failures": [{"rail": r, "src": host, "dst": d, "src_addr": "s", "dst_addr": "d", "error": "e"}
+                         for r, d in failures],
+            "interfaces": interfaces, "mtu_mismatches": [i for i in interfaces if not i["ok"]],
+            "ok": not failures and not mtu_rails}
+
+
+def test_verdict_blames_the_node_every_pair_of_which_fails():
+    # n2's rail0 port drops jumbo frames (a switch port at 1500): every pair with n2 on rail0 fails.
+    reports = {"n1": _report("n1", [("rail0", "n2")]),
+               "n2": _report("n2", [("rail0", "n1"), ("rail0", "n3")]),
+               "n3": _report("n3", [("rail0", "n2")])}
+    assert fabric_verdict(reports, "n2") == {
+        "status": "fail", "reasons": ["rail0: every full-size ping to and from all 2 peers failed"]}
+    n1 = fabric_verdict(reports, "n1")
+    assert n1["status"] == "warn" and n1["reasons"] == ["rail0 n1 -> n2 (s -> d): e (n2 is at fault on rail0)"]
+
+
+def test_verdict_names_a_wrong_interface_mtu_and_unexplained_pairs():
+    reports = {"n1": _report("n1", [("rail1", "n3")]), "n2": _report("n2", mtu_rails=["rail1"]),
+               "n3": _report("n3")}
+    assert fabric_verdict(reports, "n2") == {
+        "status": "fail", "reasons": ["rail1 n2 eth1 (a): MTU 1500, the rail is 9000"]}
+    assert fabric_verdict(reports, "n1") == {"status": "fail", "reasons": ["rail1 n1 -> n3 (s -> d): e"]}
+    assert fabric_verdict(reports, "n3") == {"status": "ok", "reasons": []}
+    assert fabric_verdict(reports, "n9")["status"] == "skip"
+    with pytest.raises(AnsibleFilterError, match="reports must be a dict"):
+        fabric_verdict([], "n1")

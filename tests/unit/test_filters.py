@@ -62,7 +62,7 @@ def test_healthy_row_is_ready():
     row = readiness_row(_results(), "gpu-a1", "rack_a", "hgx-h100-8gpu")
     assert row["ready"] and row["verdict"] == "ready" and row["reasons"] == []
     assert {c: v["status"] for c, v in row["columns"].items()} == dict.fromkeys(
-        ("topology", "gpus", "ecc", "xid", "pcie", "rdma"), "ok")
+        ("topology", "gpus", "ecc", "xid", "pcie", "rdma"), "ok") | {"fabric": "skip"}
 
 
 def test_checks_land_in_their_columns_and_warnings_do_not_gate():
@@ -75,6 +75,17 @@ def test_checks_land_in_their_columns_and_warnings_do_not_gate():
     assert row["columns"]["gpus"]["status"] == "warn"
     assert row["columns"]["rdma"]["reasons"] == ["mlx5_0/1 netdev_mtu: expected 9000, found 1500"]
     assert row["reasons"] == ["ecc: GPU1 ecc: 2 volatile", "rdma: mlx5_0/1 netdev_mtu: expected 9000, found 1500"]
+
+
+def test_fabric_verdict_gates_on_fail_only():
+    res = _results()
+    res["fabric"] = {"status": "warn", "reasons": ["rail0 gpu-a1 -> gpu-a2 (...): too big (gpu-a2 is at fault)"]}
+    assert readiness_row(res, "gpu-a1")["ready"]
+    res["fabric"] = {"status": "fail", "reasons": ["rail0 gpu-a2 eth1 (198.18.1.12): MTU 1500, the rail is 9000"]}
+    row = readiness_row(res, "gpu-a2")
+    assert not row["ready"] and row["reasons"] == ["fabric: rail0 gpu-a2 eth1 (198.18.1.12): MTU 1500, the rail is 9000"]
+    res["fabric"] = "garbage"
+    assert readiness_row(res, "gpu-a2")["columns"]["fabric"]["status"] == "error"
 
 
 def test_module_that_returned_no_data_is_an_error():
@@ -95,8 +106,9 @@ def test_table_lists_every_node_and_the_reasons():
             missing_row("gpu-b1", "unreachable", "rack_b")]
     table = readiness_table(rows)
     lines = table.splitlines()
-    assert lines[0].split() == ["NODE", "RACK", "TOPOLOGY", "GPUS", "ECC", "XID", "PCIE", "RDMA", "VERDICT"]
-    assert lines[2].split() == ["gpu-a1", "rack_a", "ok", "ok", "ok", "ok", "ok", "ok", "ready"]
+    assert lines[0].split() == ["NODE", "RACK", "TOPOLOGY", "GPUS", "ECC", "XID", "PCIE", "RDMA", "FABRIC",
+                                "VERDICT"]
+    assert lines[2].split() == ["gpu-a1", "rack_a", "ok", "ok", "ok", "ok", "ok", "ok", "skip", "ready"]
     assert lines[3].split()[-2:] == ["NOT", "READY"] and lines[3].split()[2] == "fail"
     assert "1 of 3 nodes ready" in table
     assert "gpu-a2: topology: GPU0-GPU1 link_code: expected NV18, found NV12" in table
@@ -119,7 +131,7 @@ def test_markdown_report_has_the_table_reasons_and_link_matrix():
                                                  "GPU1": {"GPU0": "NV18", "mlx5_0": "SYS"}}}}}
     md = readiness_markdown(rows, details, "gpulab").splitlines()
     assert md[0] == "# Cluster readiness: gpulab" and "1 of 2 nodes ready." in md
-    assert "| gpu-a1 | rack_a | hgx-h100-8gpu | ok | ok | ok | ok | ok | ok | **ready** |" in md
+    assert "| gpu-a1 | rack_a | hgx-h100-8gpu | ok | ok | ok | ok | ok | ok | skip | **ready** |" in md
     assert "## gpu-b1: not ready" in md and "- node: unreachable" in md
     assert "| | GPU0 | GPU1 | mlx5_0 |" in md
     assert "| GPU0 | X | NV18 | PXB |" in md and "| GPU1 | NV18 | X | SYS |" in md
