@@ -79,7 +79,12 @@ tests:
   type: list
   elements: dict
   returned: when the output was parsed
-  sample: [{category: Deployment, name: Persistence Mode, status: Fail, gpus: {}, messages: ["Persistence mode for GPU 0 is currently disabled. ..."]}]
+  sample:
+    - category: Deployment
+      name: Persistence Mode
+      status: Fail
+      gpus: {}
+      messages: ["Persistence mode for GPU 0 is currently disabled."]
 per_gpu:
   description: "{gpu id: {test name: status}} for tests that reported per GPU."
   type: dict
@@ -89,7 +94,8 @@ causes:
   type: list
   elements: dict
   returned: when the output was parsed
-  sample: [{cause: persistence_mode_off, test: Persistence Mode, status: Fail, gpus: ["0"], message: "..."}]
+  sample:
+    - {cause: persistence_mode_off, test: Persistence Mode, status: Fail, gpus: ["0"], message: "Persistence mode for GPU 0 is currently disabled."}
 summary:
   description: Count of tests per status.
   type: dict
