@@ -15,7 +15,7 @@ description:
   - Runs C(dcgmi diag -r <level> -j) and parses the JSON into per-test and per-GPU results
     (Pass, Fail, Warn, Skip with their messages). When the output is the boxed text table (O(json=false),
     or a C(dcgmi) that ignores C(-j)) that is parsed instead.
-  - Fails when any test has a status in O(fail_on) (Fail by default), listing each with its named cause:
+  - Fails when any test has a status in O(fail_on) (Fail by default), listing each with its named cause, one of
     C(persistence_mode_off), C(fabric_manager_not_running), C(xid_errors), C(ecc_errors),
     C(pending_page_retirement_or_row_remap), C(throttling), C(processes_using_gpu), C(inforom_corrupt),
     C(conflicting_environment), C(denylisted_driver), C(library_missing), C(permissions), C(pcie),
