@@ -1,0 +1,155 @@
+"""The monitoring roles' rendered rules and configuration, checked with the real promtool and amtool.
+
+tests/promtool/render.yml renders the prometheus role's configuration (targets from the lab inventory)
+and rule files and the alertmanager role's configuration into a temporary directory, with the role
+defaults, the hardware profile catalogue, a test profile "lab-test-80c" whose alert temperature is 80 C
+and a GPU-hour price of 3.6 USD. The rule unit tests of tests/promtool are copied next to them; then
+`promtool test rules`, `promtool check rules`, `promtool check config` and `amtool check-config`.
+
+No lab is needed. promtool and amtool come from PATH, else from .cache/promtool, where the Debian
+packages (`prometheus`, `prometheus-alertmanager`) are fetched with `apt-get download` and unpacked with
+`dpkg -x`: nothing is installed or started on the test host. Without apt the test fails and says what
+to install.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS_DIR = REPO / "tests" / "promtool"
+CACHE = REPO / ".cache" / "promtool"
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+PACKAGES = ("prometheus", "prometheus-alertmanager")
+RENDER_VARS = ('{"prometheus_kpi_gpu_hour_usd": 3.6, "hardware_profiles_extra": '
+               '{"lab-test-80c": {"temperature_c": {"alert": 80, "slowdown": 83}}}}')
+RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
+ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
+          "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
+          "ExporterDown"}
+
+
+def _run(argv, **kw):
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          check=False, **kw)
+    return proc.returncode, proc.stdout
+
+
+def _fetch_debs():
+    """Unpack the Debian packages into CACHE (atomically: a half-done unpack never counts)."""
+    if not (shutil.which("apt-get") and shutil.which("dpkg")):
+        pytest.fail("promtool/amtool are not on PATH and there is no apt-get/dpkg to fetch them: "
+                    "install the prometheus and prometheus-alertmanager packages")
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="promtool.", dir=str(CACHE.parent)))
+    try:
+        debs = work / "debs"
+        debs.mkdir()
+        rc, out = _run(["apt-get", "download", *PACKAGES], cwd=str(debs))
+        if rc != 0 and os.geteuid() == 0:
+            # a fresh host may have no package lists yet
+            _run(["apt-get", "update"])
+            rc, out = _run(["apt-get", "download", *PACKAGES], cwd=str(debs))
+        if rc != 0:
+            pytest.fail("apt-get download %s failed (run apt-get update as root?):\n%s"
+                        % (" ".join(PACKAGES), out[-2000:]))
+        for deb in sorted(debs.glob("*.deb")):
+            rc, out = _run(["dpkg", "-x", str(deb), str(work)])
+            assert rc == 0, "dpkg -x %s: %s" % (deb.name, out)
+        shutil.rmtree(str(CACHE), ignore_errors=True)
+        os.replace(str(work), str(CACHE))
+    finally:
+        shutil.rmtree(str(work), ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tools():
+    found = {name: shutil.which(name) for name in ("promtool", "amtool")}
+    if not all(found.values()):
+        cached = {name: CACHE / "usr" / "bin" / name for name in found}
+        if not all(p.is_file() for p in cached.values()):
+            _fetch_debs()
+        found = {name: str(p) for name, p in cached.items()}
+    return found
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("promtool")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    rc, log = _run([str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
+                    str(TESTS_DIR / "render.yml"), "-e", "out_dir=%s" % out,
+                    "-e", "_prometheus_rules_dir=%s" % out, "-e", RENDER_VARS], cwd=str(REPO), env=env)
+    assert rc == 0, log[-3000:]
+    for test_file in TESTS_DIR.glob("*.test.yml"):
+        shutil.copy(str(test_file), str(out / test_file.name))
+    return out
+
+
+@pytest.mark.parametrize("test_file", sorted(p.name for p in TESTS_DIR.glob("*.test.yml")))
+def test_promtool_unit_tests(tools, rendered, test_file):
+    rc, out = _run([tools["promtool"], "test", "rules", str(rendered / test_file)])
+    assert rc == 0 and "SUCCESS" in out, out
+
+
+def test_every_alert_is_shipped_and_tested(rendered):
+    alerts = {r["alert"] for g in yaml.safe_load((rendered / RULE_FILES[0]).read_text())["groups"]
+              for r in g["rules"]}
+    assert alerts == ALERTS
+    tested = {t["alertname"] for f in TESTS_DIR.glob("*.test.yml")
+              for case in yaml.safe_load(f.read_text())["tests"] for t in case.get("alert_rule_test", [])}
+    assert alerts - tested == set()
+    for alert in ALERTS:
+        cases = [t for f in TESTS_DIR.glob("*.test.yml") for case in yaml.safe_load(f.read_text())["tests"]
+                 for t in case.get("alert_rule_test", []) if t["alertname"] == alert]
+        assert any(c["exp_alerts"] for c in cases), "%s is never tested firing" % alert
+
+
+def test_every_recording_rule_is_tested(rendered):
+    records = {r["record"] for g in yaml.safe_load((rendered / RULE_FILES[1]).read_text())["groups"]
+               for r in g["rules"]}
+    tested = {t["expr"] for case in yaml.safe_load((TESTS_DIR / "inference-kpis.test.yml").read_text())["tests"]
+              for t in case.get("promql_expr_test", [])}
+    assert len(records) == 8
+    assert records - tested == set()
+
+
+@pytest.mark.parametrize("rule_file", RULE_FILES)
+def test_promtool_check_rules(tools, rendered, rule_file):
+    rc, out = _run([tools["promtool"], "check", "rules", str(rendered / rule_file)])
+    assert rc == 0 and "SUCCESS" in out, out
+
+
+def test_promtool_check_config(tools, rendered):
+    config = yaml.safe_load((rendered / "prometheus.yml").read_text())
+    node_targets = {c["labels"]["node"]: c for job in config["scrape_configs"] if job["job_name"] == "node"
+                    for c in job["static_configs"]}
+    assert sorted(node_targets) == ["gpu-a1", "gpu-a2", "gpu-a3", "gpu-b1", "gpu-b2", "gpu-b3", "lb-1", "mon-1"]
+    assert node_targets["gpu-b3"]["labels"] == {"node": "gpu-b3", "rack": "rack_b",
+                                                "hardware_profile": "pcie-l40s-4gpu"}
+    assert node_targets["gpu-b3"]["targets"] == ["198.18.0.23:9100"]
+    assert node_targets["mon-1"]["labels"] == {"node": "mon-1"}
+    rc, out = _run([tools["promtool"], "check", "config", str(rendered / "prometheus.yml")])
+    assert rc == 0 and "SUCCESS" in out and "2 rules found" not in out, out
+    for rule_file in RULE_FILES:
+        assert str(rendered / rule_file) in out, out
+
+
+def test_amtool_check_config(tools, rendered):
+    rc, out = _run([tools["amtool"], "check-config", str(rendered / "alertmanager.yml")])
+    assert rc == 0 and "SUCCESS" in out, out
+
+
+def test_amtool_routes_critical_apart(tools, rendered):
+    config = "--config.file=%s" % (rendered / "alertmanager.yml")
+    rc, out = _run([tools["amtool"], "config", "routes", "test", config, "severity=critical", "alertname=NodeDown"])
+    assert rc == 0 and out.strip().splitlines()[-1] == "critical", out
+    rc, out = _run([tools["amtool"], "config", "routes", "test", config, "severity=warning",
+                    "alertname=NodePacketLoss"])
+    assert rc == 0 and out.strip().splitlines()[-1] == "default", out
