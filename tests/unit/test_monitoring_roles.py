@@ -1,0 +1,84 @@
+"""The monitoring roles' documentation matches their code: every default is in meta/argument_specs.yml
+with the same literal default, and the README's variable table lists exactly the spec's options."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+MONITORING_ROLES = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager")
+
+
+def _spec(role):
+    return yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+
+
+def _defaults(role):
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+
+
+@pytest.mark.parametrize("role", MONITORING_ROLES)
+def test_every_default_is_specified_with_its_value(role):
+    spec, defaults = _spec(role), _defaults(role)
+    assert set(defaults) - set(spec) == set()
+    for name, value in defaults.items():
+        if isinstance(value, str) and "{{" in value:
+            assert "default" not in spec[name], "%s: a templated default is described, not copied" % name
+        else:
+            assert spec[name].get("default") == value, name
+    # role inputs without a default are the inventory's (hardware_profile, ...), never the role's own
+    assert [n for n in set(spec) - set(defaults) if n.startswith(role + "_")] == []
+
+
+@pytest.mark.parametrize("role", MONITORING_ROLES)
+def test_readme_table_lists_the_spec(role):
+    readme = (ROLES / role / "README.md").read_text()
+    table = readme.split("## Variables", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+    assert sorted(documented) == sorted(_spec(role))
+    assert len(documented) == len(set(documented))
+
+
+# (role, variables, what the message must say after "localhost: ")
+BAD_INPUT = [
+    ("node_exporter", {"node_exporter_port": 70000}, "node_exporter_port=70000 is not a TCP port"),
+    ("node_exporter", {"node_exporter_gpu_health_enabled": True, "hardware_profile": "hgx-x999",
+                       "hardware_profiles": {}}, "hardware_profile=hgx-x999 is not a key of hardware_profiles"),
+    ("node_exporter", {"node_exporter_gpu_health_enabled": True, "node_exporter_gpu_health_expected": {"gpu_count": 8},
+                       "node_exporter_gpu_health_interval": "every minute"},
+     "node_exporter_gpu_health_interval=every minute is not a systemd time span"),
+    ("dcgm_exporter", {"dcgm_exporter_image": "nvcr.io/nvidia/k8s/dcgm-exporter:latest"},
+     "dcgm_exporter_image=nvcr.io/nvidia/k8s/dcgm-exporter:latest is not pinned"),
+    ("dcgm_exporter", {"dcgm_exporter_extra_counters": [["DCGM_FI_DEV_FAN_SPEED", "gauge"]]},
+     "dcgm_exporter_extra_counters: every entry is [DCGM field, gauge|counter, help]"),
+    ("alertmanager", {"alertmanager_critical_receiver": "pager"},
+     "alertmanager_critical_receiver=pager is not in alertmanager_receivers"),
+    ("alertmanager", {"alertmanager_group_wait": "30 seconds"}, "alertmanager_group_wait is not a duration"),
+    ("prometheus", {"prometheus_alert_packet_loss_ratio": 1.5}, "prometheus_alert_packet_loss_ratio=1.5 is not a ratio"),
+    ("prometheus", {"prometheus_dcgm_exporter_hosts": ["gpu-z9"]},
+     "prometheus_dcgm_exporter_hosts names hosts outside the inventory: gpu-z9"),
+]
+
+
+@pytest.mark.parametrize("role,variables,message", BAD_INPUT,
+                         ids=["%s-%s" % (r, "-".join(v)) for r, v, _ in BAD_INPUT])
+def test_bad_input_is_rejected_naming_host_and_variable(tmp_path, role, variables, message):
+    """The role's first task stops the play, in check mode on the controller, before anything else runs."""
+    play = tmp_path / "play.yml"
+    play.write_text(json.dumps([{"name": "Apply %s" % role, "hosts": "localhost", "connection": "local",
+                                 "gather_facts": False, "roles": [role]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_ROLES_PATH=str(ROLES))
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "--check",
+                           str(play), "-e", json.dumps(variables)], cwd=str(REPO), env=env, check=False,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "localhost: " + message in proc.stdout.replace("\n", " "), proc.stdout[-3000:]
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-1500:]
