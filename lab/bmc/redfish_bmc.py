@@ -14,9 +14,14 @@ auth or Redfish sessions (X-Auth-Token):
   /redfish/v1/Chassis/<id>/Controls/PowerLimit  Control (SetPoint, PATCH)
   /redfish/v1/Chassis/<id>/Thermal              Thermal (Temperatures incl. coolant inlet)
   /redfish/v1/Chassis/<id>/ThermalSubsystem     ThermalSubsystem (Coolant inlet, LeakDetection)
+  .../ThermalSubsystem/LeakDetection            LeakDetection (LeakDetectorGroups, LeakDetectors link)
+  .../ThermalSubsystem/LeakDetection/LeakDetectors[/<id>]
+                                                LeakDetectorCollection / LeakDetector (DetectorState)
 
 Both power resources read and write the same node cap, kept in a JSON state file so it survives a
-restart like a real BMC's. Never installed outside the lab (playbooks/lab/bmc.yml).
+restart like a real BMC's. The state file also holds the sensor readings a test may change before a
+restart: coolant_inlet_c, cooling ("liquid" or "air") and leak_detected (false, or true = the cold-plate
+detector reads Critical). Never installed outside the lab (playbooks/lab/bmc.yml).
 """
 
 import argparse
@@ -224,16 +229,74 @@ def thermal_subsystem(state):
             "CoolantType": "Water",
             "InletTemperatureCelsius": {"Reading": state.get("coolant_inlet_c")},
         }
+        leak = bool(state.get("leak_detected"))
+        # DSP0268 links LeakDetection; the inline Status and groups are kept for older clients.
         body["LeakDetection"] = {
-            "Status": {"State": "Enabled",
-                       "Health": "Critical" if state.get("leak_detected") else "OK"},
+            "@odata.id": base + "/ThermalSubsystem/LeakDetection",
+            "Status": {"State": "Enabled", "Health": "Critical" if leak else "OK"},
             "LeakDetectorGroups": [{
                 "GroupName": "Cold plates",
-                "Status": {"State": "Enabled",
-                           "Health": "Critical" if state.get("leak_detected") else "OK"},
+                "Status": {"State": "Enabled", "Health": "Critical" if leak else "OK"},
             }],
         }
     return body
+
+
+LEAK_DETECTORS = (("ColdPlate", "Cold plate moisture", "Moisture", "GPU"),
+                  ("Manifold", "Rack manifold float switch", "FloatSwitch", "LiquidInlet"))
+
+
+def _leak_state(state, detector_id):
+    # leak_detected=true: the cold-plate detector (the one under the GPUs) reads Critical
+    return "Critical" if state.get("leak_detected") and detector_id == "ColdPlate" else "OK"
+
+
+def leak_detection(state):
+    base = _chassis_base(state.chassis_id) + "/ThermalSubsystem/LeakDetection"
+    health = "Critical" if state.get("leak_detected") else "OK"
+    return {
+        "@odata.id": base,
+        "@odata.type": "#LeakDetection.v1_0_0.LeakDetection",
+        "Id": "LeakDetection",
+        "Name": "Leak detection",
+        "LeakDetectorGroups": [{
+            "GroupName": "Cold plates",
+            "Detectors": [{"DataSourceUri": base + "/LeakDetectors/" + d[0],
+                           "DetectorState": _leak_state(state, d[0])} for d in LEAK_DETECTORS],
+            "Status": {"State": "Enabled", "Health": health},
+        }],
+        "LeakDetectors": {"@odata.id": base + "/LeakDetectors"},
+        "Status": {"State": "Enabled", "Health": health},
+    }
+
+
+def leak_detectors(state):
+    base = _chassis_base(state.chassis_id) + "/ThermalSubsystem/LeakDetection/LeakDetectors"
+    return {
+        "@odata.id": base,
+        "@odata.type": "#LeakDetectorCollection.LeakDetectorCollection",
+        "Name": "Leak detectors",
+        "Members@odata.count": len(LEAK_DETECTORS),
+        "Members": [{"@odata.id": base + "/" + d[0]} for d in LEAK_DETECTORS],
+    }
+
+
+def leak_detector(state, detector_id):
+    base = _chassis_base(state.chassis_id) + "/ThermalSubsystem/LeakDetection/LeakDetectors"
+    for did, name, kind, context in LEAK_DETECTORS:
+        if did == detector_id:
+            detector_state = _leak_state(state, did)
+            return {
+                "@odata.id": base + "/" + did,
+                "@odata.type": "#LeakDetector.v1_0_0.LeakDetector",
+                "Id": did,
+                "Name": name,
+                "LeakDetectorType": kind,
+                "PhysicalContext": context,
+                "DetectorState": detector_state,
+                "Status": {"State": "Enabled", "Health": detector_state},
+            }
+    return None
 
 
 class RedfishHandler(BaseHTTPRequestHandler):
@@ -326,6 +389,12 @@ class RedfishHandler(BaseHTTPRequestHandler):
                 "Id": "SessionService", "Name": "Session Service", "ServiceEnabled": True,
                 "Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
         }
+        if state.get("cooling") == "liquid":
+            leak_base = base + "/ThermalSubsystem/LeakDetection"
+            pages[leak_base] = lambda: leak_detection(state)
+            pages[leak_base + "/LeakDetectors"] = lambda: leak_detectors(state)
+            for did, _name, _kind, _context in LEAK_DETECTORS:
+                pages[leak_base + "/LeakDetectors/" + did] = (lambda d=did: leak_detector(state, d))
         if path not in pages:
             return self._not_found()
         return self._send(200, pages[path]())
