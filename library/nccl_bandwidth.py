@@ -27,7 +27,7 @@ author:
   - GPU cluster toolkit maintainers
 options:
   path:
-    description: Path of C(all_reduce_perf). Default is the one on C(PATH).
+    description: Path of C(all_reduce_perf). Default is the one on C(PATH), else C(/opt/nccl-tests/bin) (where the cuda_toolkit role installs it).
     type: path
   min_bytes:
     description: Smallest message size (C(-b)), with nccl-tests' suffixes (V(1G), V(512M)).
@@ -59,6 +59,14 @@ options:
   min_busbw_gbps:
     description: Lowest acceptable average bus bandwidth in GB/s (the hardware profile's threshold).
     type: float
+  metric:
+    description:
+      - What O(min_busbw_gbps) is compared with. V(avg) is the run's C(# Avg bus bandwidth) over the whole
+        sweep. V(largest) is the bus bandwidth of the largest message size (the better of out-of-place and
+        in-place), what single-size health checks such as Azure aznhc (C(-b 16G -e 16G)) publish marks for.
+    type: str
+    choices: [avg, largest]
+    default: avg
   launcher:
     description:
       - Command the benchmark runs under, for multi-node runs (for example
@@ -123,6 +131,16 @@ out_of_bounds:
   type: int
   returned: when the output was parsed
   sample: 0
+measured_busbw_gbps:
+  description: The bus bandwidth compared with O(min_busbw_gbps), per O(metric), GB/s.
+  type: float
+  returned: when the output was parsed
+  sample: 685.27
+metric:
+  description: The O(metric) the gate used.
+  type: str
+  returned: when the output was parsed
+  sample: largest
 weakest:
   description: The size with the lowest bus bandwidth relative to the best size, in the larger half of the sweep.
   type: dict
@@ -157,6 +175,7 @@ def main():
             warmup_iters=dict(type='int', default=5),
             check=dict(type='bool', default=True),
             min_busbw_gbps=dict(type='float'),
+            metric=dict(type='str', choices=['avg', 'largest'], default='avg'),
             launcher=dict(type='list', elements='str', default=[]),
             environment=dict(type='dict', default={}),
             timeout=dict(type='int', default=1800),
@@ -169,7 +188,7 @@ def main():
             module.fail_json(msg='%s must be at least 1, got %d' % (name, p[name]))
     if p['gpus'] is not None and p['gpus'] < 1:
         module.fail_json(msg='gpus must be at least 1, got %d' % p['gpus'])
-    binary = p['path'] or module.get_bin_path('all_reduce_perf')
+    binary = p['path'] or module.get_bin_path('all_reduce_perf', opt_dirs=['/opt/nccl-tests/bin'])
     if not binary:
         module.fail_json(msg='all_reduce_perf (nccl-tests) is not on PATH; install nccl-tests or give path',
                          failures=[], cmd=[])
@@ -188,13 +207,14 @@ def main():
         module.fail_json(msg='cannot use the all_reduce_perf output (rc=%d): %s%s'
                          % (rc, e, ('; stderr: ' + err.strip().splitlines()[-1]) if err.strip() else ''),
                          rc=rc, stdout=out, stderr=err, failures=[str(e)], cmd=argv)
-    gate = bandwidth_findings(parsed, p['min_busbw_gbps'])
+    gate = bandwidth_findings(parsed, p['min_busbw_gbps'], p['metric'])
     result = dict(
         changed=False, cmd=argv, rc=rc,
         avg_busbw_gbps=parsed['avg_busbw_gbps'], nccl_version=parsed['nccl_version'],
         cuda_version=parsed['cuda_version'], devices=[d['name'] for d in parsed['devices']],
         results=parsed['results'], out_of_bounds=parsed['out_of_bounds'], truncated=parsed['truncated'],
         weakest=gate['weakest'], failures=gate['failures'], min_busbw_gbps=p['min_busbw_gbps'],
+        measured_busbw_gbps=gate['measured_busbw_gbps'], metric=gate['metric'],
     )
     if rc != 0:
         result['failures'].append('all_reduce_perf exited %d' % rc)

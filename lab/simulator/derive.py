@@ -31,6 +31,8 @@ A100_XML = "nvsmi_xml/telegraf_a100-sxm4-v12.xml"
 A10_Q = "gpud/nvidia-smi-query.535.129.03.out.0.valid.a10"
 RTX4090_Q8 = "gpud/nvidia-smi-query.535.154.05.out.0.valid.4090"
 L40S_TOPO = "topo_4xA10_sys_2nic_spaces_xuesongtap.txt"
+DCGM_R1 = "dcgmi_diag_r1_8xH200_azure_ndv5_persistence_fail.txt"
+DCGM_R1_JSON = "derived/dcgmi_diag_r1_8xH200.json"
 
 # GPUi keeps the NIC that is PXB to it in the H200 fixture; the other four are dropped.
 H100_KEEP_NICS = [0, 3, 4, 5, 6, 9, 10, 11]
@@ -541,6 +543,37 @@ def a100_csv(fixtures, header, ids):
 
 
 # --------------------------------------------------------------------------- main
+def dcgmi_pass_table(text):
+    """The recorded level-1 table with its one failing test passing: the Persistence Mode cell "Fail" ->
+    "Pass" (same width) and its "Error" row with the continuation rows under it dropped; every other line
+    verbatim (Metadata, the eight passing tests, the frame)."""
+    out, dropping = [], False
+    for line in text.split("\n"):
+        parts = line.split("|")
+        name = parts[1].strip() if len(parts) >= 4 and not line.startswith("|-") else None
+        if dropping and name == "":
+            continue
+        dropping = False
+        if name == "Error":
+            dropping = True
+            continue
+        if name == "Persistence Mode":
+            line = line.replace("| Fail ", "| Pass ", 1)
+        out.append(line)
+    return "\n".join(out)
+
+
+def dcgmi_pass_json(text):
+    """derived/dcgmi_diag_r1_8xH200.json with the Persistence Mode result {"status": "Pass"} (its warning
+    dropped), as the table above; same layout (indent 2)."""
+    doc = json.loads(text)
+    for cat in doc["DCGM GPU Diagnostic"]["test_categories"]:
+        for test in cat["tests"]:
+            if test["name"] == "Persistence Mode":
+                test["results"] = [{"status": "Pass"}]
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def derive(fixtures, out):
     files = {}
     h100_cap = read(fixtures, H100_CAPTURE)
@@ -619,6 +652,10 @@ def derive(fixtures, out):
     files[p + "version.txt"] = "\n".join(capture_section(l40s_cap, "capabilities :: version")) + "\n"
     nv = capture_section(l40s_cap, "capabilities :: nvlink -s")
     files[p + "nvlink_s.txt"] = nvlink_s_replicate(nv[1:], "NVIDIA L40S", l40s_ids)
+
+    # ---- dcgmi diag -r 1 (every profile): the recorded H200 run with persistence mode on
+    files["dcgmi/diag_r1_pass.txt"] = dcgmi_pass_table(read(fixtures, DCGM_R1))
+    files["dcgmi/diag_r1_pass.json"] = dcgmi_pass_json(read(fixtures, DCGM_R1_JSON))
 
     aliases = capture_aliases(h100_cap)
     aliases.update(capture_aliases(l40s_cap))

@@ -1,5 +1,6 @@
 #!/usr/bin/python3 -IS
-"""Lab simulator of `nvidia-smi` (and, when invoked as `dmesg`, of the kernel log).
+"""Lab simulator of `nvidia-smi` (and, invoked as `dmesg`, `all_reduce_perf`, `dcgmi` or `mpirun`, of
+the kernel log, nccl-tests, DCGM diagnostics and an MPI launcher that runs its program locally).
 
 LAB ONLY. Replays real recorded nvidia-smi outputs (tests/fixtures, see SOURCES.md) for the
 node's hardware profile, with settable state and injected faults. Python 3 stdlib only.
@@ -28,7 +29,8 @@ FAULTS_FILE = ENV.get("GPUSIM_FAULTS", "/etc/gpusim/faults.json")
 RC_OK, RC_INVALID_ARG, RC_NOT_SUPPORTED, RC_NOT_FOUND = 0, 2, 3, 6
 INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 FAULT_KINDS = ("gpu_missing", "nvlink_inactive", "ecc_uncorrectable", "row_remap_pending", "xid",
-               "pcie_degraded", "over_temperature", "power_limit_drift", "rdma_port_down")
+               "pcie_degraded", "over_temperature", "power_limit_drift", "rdma_port_down",
+               "nccl_busbw_low", "dcgm_diag_fail")
 # -q -d <SECTION> -> top-level headings of a GPU block in the -q text
 Q_SECTIONS = {
     "MEMORY": ["FB Memory Usage", "BAR1 Memory Usage", "Conf Compute Protected Memory Usage"],
@@ -714,12 +716,257 @@ def dmesg(_args):
     return "\n".join(out) + "\n" if out else ""
 
 
+# --------------------------------------------------------------------------- nccl-tests
+# all_reduce_perf options that take a value (nccl-tests src/common.cu longopts); all are accepted, none
+# changes the replay (the recorded sweep is what answers).
+NCCL_VALUE_OPTS = {"-t", "-g", "-b", "-e", "-i", "-f", "-n", "-m", "-w", "-N", "-p", "-c", "-o", "-d", "-r",
+                   "-z", "-y", "-T", "-G", "-C", "-a", "-R", "-x", "-M", "-u",
+                   "--nthreads", "--ngpus", "--minbytes", "--maxbytes", "--stepbytes", "--stepfactor",
+                   "--iters", "--agg_iters", "--warmup_iters", "--parallel_init", "--check", "--op",
+                   "--datatype", "--root", "--blocking", "--stream_null", "--timeout", "--cudagraph",
+                   "--report_cputime", "--average", "--local_register"}
+# one result row: size count type redop [root] then (time algbw busbw #wrong) out-of-place and in-place
+_NCCL_ROW = re.compile(r"^(\s*\d+\s+\d+\s+\S+\s+\S+(?:\s+-?\d+)?)"
+                       r"((?:\s+\S+){8})(\s*)$")
+_NCCL_AVG = re.compile(r"^(#\s*Avg bus bandwidth\s*:\s*)([0-9.]+)(.*)$")
+
+
+def _scaled(field, factor, inverse=False):
+    """`field` scaled by factor (divided when inverse), same decimals and width (right-aligned)."""
+    if not re.match(r"^[0-9]+(?:\.[0-9]+)?$", field):
+        return field
+    decimals = len(field.split(".")[1]) if "." in field else 0
+    value = float(field) / factor if inverse else float(field) * factor
+    return "%.*f" % (decimals, value)
+
+
+def _scale_row(line, factor):
+    m = _NCCL_ROW.match(line)
+    if not m:
+        return line
+    cols = re.findall(r"(\s+)(\S+)", m.group(2))
+    out = []
+    for k, (space, field) in enumerate(cols):
+        if k % 4 == 3:  # #wrong
+            new = field
+        else:  # time scales inversely; algbw and busbw with the factor
+            new = _scaled(field, factor, inverse=(k % 4 == 0))
+        pad = len(space) + len(field) - len(new)
+        out.append(" " * max(pad, 1) + new)
+    return m.group(1) + "".join(out) + m.group(3)
+
+
+def all_reduce_perf(args):
+    """Replays the profile's recorded run (`nccl_allreduce`, or `nccl_allreduce_multi_node` when launched
+    by the mpirun shim); `nccl_busbw_low` {"factor": f} scales every row's time (1/f), algbw and busbw
+    (f) and the Avg line, keeping each field's decimals and column."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-h", "--help"):
+            return "USAGE: all_reduce_perf (gpusim replays the recorded sweep; options are accepted)\n"
+        attached = arg[:2] in NCCL_VALUE_OPTS and not arg.startswith("--") and len(arg) > 2
+        name = arg[:2] if attached else arg.split("=", 1)[0]
+        if name not in NCCL_VALUE_OPTS:
+            raise Fail("all_reduce_perf: invalid option -- '%s'" % arg, 1)
+        i += 1 if attached or "=" in arg else 2
+        if i > len(args):
+            raise Fail("all_reduce_perf: option requires an argument -- '%s'" % arg, 1)
+    sim = Sim()
+    key = "nccl_allreduce_multi_node" if ENV.get("GPUSIM_MPI_NP") else "nccl_allreduce"
+    text = sim.text(key)
+    if text is None:
+        raise Fail("all_reduce_perf: gpusim profile %s records no %s run" % (sim.profile["name"], key), 1)
+    low = sim.faults.get("nccl_busbw_low")
+    if not low:
+        return text
+    factor = float(low[-1].get("factor", 0.5))
+    out = []
+    for line in text.split("\n"):
+        m = _NCCL_AVG.match(line)
+        if m:
+            line = m.group(1) + _scaled(m.group(2), factor) + m.group(3)
+        elif not line.lstrip().startswith("#"):
+            line = _scale_row(line, factor)
+        out.append(line)
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- mpirun
+# OpenMPI mpirun options taking one value (two for --mca/-mca); flags otherwise.
+MPI_VALUE_OPTS = {"-np", "-n", "-c", "--np", "-H", "--host", "-host", "-x", "--map-by", "-map-by", "--bind-to",
+                  "-bind-to", "--hostfile", "-hostfile", "--machinefile", "-machinefile", "--rank-by",
+                  "-rank-by", "-npernode", "--npernode", "--prefix", "-wdir", "--wdir"}
+MPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca"}
+
+
+def mpirun(args):
+    """Runs the program once, locally, with GPUSIM_MPI_NP/GPUSIM_MPI_HOSTS set (the simulator cannot
+    start ranks on other nodes); `-x NAME=VALUE` is exported to it like OpenMPI does."""
+    i, env, np_, hosts = 0, dict(ENV), None, None
+    while i < len(args) and args[i].startswith("-"):
+        arg = args[i]
+        if arg in MPI_TWO_VALUE_OPTS:
+            i += 3
+        elif arg in MPI_VALUE_OPTS:
+            if i + 1 >= len(args):
+                raise Fail("mpirun: option %s needs a value" % arg, 1)
+            value = args[i + 1]
+            if arg in ("-np", "-n", "-c", "--np"):
+                np_ = value
+            elif arg in ("-H", "--host", "-host"):
+                hosts = value
+            elif arg == "-x" and "=" in value:
+                env[value.split("=", 1)[0]] = value.split("=", 1)[1]
+            i += 2
+        else:
+            i += 1
+    if i >= len(args):
+        raise Fail("mpirun: no executable was specified", 1)
+    if not np_ or not np_.isdigit() or not hosts:
+        raise Fail("mpirun (gpusim): give -np N and -H host:slots,... (got -np %r -H %r)" % (np_, hosts), 1)
+    slots = 0
+    for item in hosts.split(","):
+        host, _, count = item.partition(":")
+        if not host or (count and not count.isdigit()):
+            raise Fail("mpirun: bad -H entry %r" % item, 1)
+        slots += int(count or 1)
+    if int(np_) > slots:
+        raise Fail("There are not enough slots available in the system to satisfy the %s slots that were "
+                   "requested by the application:\n  %s" % (np_, args[i]), 1)
+    env["GPUSIM_MPI_NP"], env["GPUSIM_MPI_HOSTS"] = np_, hosts
+    sys.stdout.flush()
+    os.execve(args[i], [args[i]] + args[i + 1:], env)
+
+
+# --------------------------------------------------------------------------- dcgmi
+_DCGM_CELL = 45  # width of a wrapped message chunk in the recorded table (dcgmi_diag_r1_8xH200...)
+_DCGM_MSG_MAX = 1023  # DCGM cuts a message at its 1024-byte buffer: the recorded r1 message is 1023 chars
+
+
+def _dcgm_persistence_sentence(sim, gpu):
+    """The recorded per-GPU Persistence Mode error (dcgmi_diag_r4 fixture, GPU 0) for `gpu`."""
+    text = sim.text("dcgmi_persistence_error") or ""
+    cells, found = [], False
+    for line in text.split("\n"):
+        parts = line.split("|")
+        if len(parts) < 4:
+            continue
+        name = parts[1].strip()
+        if name == "Error":
+            found = True
+        elif name:
+            if found:
+                break
+            continue
+        if found:
+            cells.append(parts[2][1:1 + _DCGM_CELL])
+    sentence = "".join(cells).rstrip()
+    return sentence.replace("GPU 0 ", "GPU %d " % gpu, 1)
+
+
+def _dcgm_failures(sim):
+    """{test name: {"gpus": [..], "message": str or None}}: Persistence Mode for every GPU whose
+    persistence mode is off in the simulator state, plus each `dcgm_diag_fail` entry."""
+    fails = {}
+    off = [vis for vis, _phys, row in sim.effective_rows() if row["persistence_mode"] != "Enabled"]
+    if off:
+        fails["Persistence Mode"] = {"gpus": off}
+    for entry in sim.faults.get("dcgm_diag_fail", []):
+        test = entry.get("test", "Persistence Mode")
+        item = fails.setdefault(test, {"gpus": []})
+        if "gpu" in entry and int(entry["gpu"]) not in item["gpus"]:
+            item["gpus"].append(int(entry["gpu"]))
+    for test, item in fails.items():
+        item["gpus"].sort()
+        item["message"] = None
+        if test == "Persistence Mode" and item["gpus"]:
+            item["message"] = ", ".join(_dcgm_persistence_sentence(sim, g) for g in item["gpus"])[:_DCGM_MSG_MAX]
+    return fails
+
+
+def _dcgm_table(text, fails):
+    out = []
+    for line in text.split("\n"):
+        parts = line.split("|")
+        name = parts[1].strip() if len(parts) >= 4 and not line.startswith("|-") else None
+        if name in fails:
+            item = fails[name]
+            cell = "Fail" if item["message"] or not item["gpus"] else \
+                "Fail - GPU%s: %s" % ("s" if len(item["gpus"]) > 1 else "", ", ".join(str(g) for g in item["gpus"]))
+            width = len(parts[2])
+            out.append("|" + parts[1] + "| " + cell.ljust(width - 1) + "|")
+            msg = item["message"]
+            if msg:
+                chunks = [msg[k:k + _DCGM_CELL] for k in range(0, len(msg), _DCGM_CELL)]
+                label = "| " + "Error".ljust(len(parts[1]) - 1)
+                blank = "|" + " " * len(parts[1])
+                for k, chunk in enumerate(chunks):
+                    out.append((label if k == 0 else blank) + "| " + chunk.ljust(_DCGM_CELL) + "  |")
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def _dcgm_json(text, fails):
+    doc = json.loads(text)
+    for cat in doc["DCGM GPU Diagnostic"]["test_categories"]:
+        for test in cat["tests"]:
+            item = fails.get(test["name"])
+            if item is None:
+                continue
+            result = {"status": "Fail"}
+            if item["message"]:
+                result["warnings"] = [{"warning": item["message"]}]
+            elif item["gpus"]:
+                result["gpu_ids"] = ",".join(str(g) for g in item["gpus"])
+            test["results"] = [result]
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def dcgmi(args):
+    """`dcgmi diag -r 1 [-i ids] [-j]`: the profile's passing level-1 diagnostic (`dcgmi_diag` table,
+    `dcgmi_diag_json` for -j), with Persistence Mode failing for GPUs whose persistence mode is off
+    (the recorded error text) and each `dcgm_diag_fail` test failing. Exit status when a test fails:
+    226, the value tests/unit/test_dcgm.py models for the failing run (no fixture records dcgmi's rc)."""
+    if args[:1] != ["diag"]:
+        raise Fail("dcgmi (gpusim): only 'diag' is simulated", 1)
+    level, as_json, i = None, False, 1
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-r", "--run") and i + 1 < len(args):
+            level, i = args[i + 1], i + 2
+        elif arg in ("-i", "--gpuList", "-g", "--group") and i + 1 < len(args):
+            i += 2
+        elif arg in ("-j", "--json"):
+            as_json, i = True, i + 1
+        else:
+            raise Fail("PARSE ERROR: Argument: %s (Unknown option)" % arg, 255)
+    if level not in ("1", "short", "quick"):
+        raise Fail("dcgmi (gpusim): only level 1 is recorded (got -r %s)" % level, 1)
+    sim = Sim()
+    fails = _dcgm_failures(sim)
+    if as_json:
+        out = _dcgm_json(sim.text("dcgmi_diag_json"), fails)
+    else:
+        out = _dcgm_table(sim.text("dcgmi_diag"), fails)
+    if fails:
+        raise Fail(out, 226)
+    return out
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     prog = os.path.basename(argv[0])
     try:
         if prog == "dmesg":
             sys.stdout.write(dmesg(argv[1:]))
+        elif prog == "all_reduce_perf":
+            sys.stdout.write(all_reduce_perf(argv[1:]))
+        elif prog == "dcgmi":
+            sys.stdout.write(dcgmi(argv[1:]))
+        elif prog == "mpirun":
+            mpirun(argv[1:])
         else:
             sys.stdout.write(nvidia_smi(argv[1:]))
     except Fail as err:
