@@ -28,6 +28,7 @@ lab-up: image
 	@scripts/lab-secrets.sh
 	$(PLAYBOOK) playbooks/lab/up.yml
 	$(PLAYBOOK) playbooks/lab/simulator.yml
+	$(PLAYBOOK) playbooks/lab/apt_repo.yml
 
 lab: lab-up
 	$(PLAYBOOK) playbooks/site.yml

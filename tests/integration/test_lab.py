@@ -56,6 +56,7 @@ def lab():
     run("scripts/lab-secrets.sh")
     playbook("playbooks/lab/up.yml")
     playbook("playbooks/lab/simulator.yml")
+    playbook("playbooks/lab/apt_repo.yml")
     yield
     if os.environ.get("KEEP_LAB") != "1":
         run("scripts/lab-down.sh", check=False)
@@ -105,7 +106,7 @@ def test_check_diff_changes_nothing(lab):
 
 
 def test_lab_up_rerun_changes_nothing(lab):
-    for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml"):
+    for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml", "playbooks/lab/apt_repo.yml"):
         rc, out = playbook(play)
         hosts = recap(out)
         assert hosts and all(h["changed"] == 0 for h in hosts.values()), (play, hosts)
