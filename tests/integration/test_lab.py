@@ -10,6 +10,9 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ BIN = Path(sys.executable).parent
 VAULT = ["--vault-password-file", ".lab/vault-pass", "-e", "@.lab/secrets.vault.yml"]
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 REPORT = ROOT / "reports" / "readiness.json"
+PROMETHEUS = "http://198.18.0.41:9090"  # mon-1 in inventories/lab/hosts.yml
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root and a Docker engine")
 
@@ -155,6 +159,46 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
             set_faults(host, {})
     rc, out = playbook("playbooks/verify.yml")
     assert all(r["ready"] for r in report().values())
+
+
+def prometheus(query):
+    url = "%s/api/v1/query?%s" % (PROMETHEUS, urllib.parse.urlencode({"query": query}))
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def wait_for(query, want, timeout=120):
+    """Poll until the query's result satisfies want (scrapes every 15 s); return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = prometheus(query)
+        if want(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(3)
+
+
+def test_prometheus_scrapes_every_node_and_shows_an_injected_fault(lab):
+    up = {r["metric"]["node"]: r for r in prometheus('up{job="node"}')}
+    assert sorted(up) == sorted(GPU_NODES + ["lb-1", "mon-1"]), up
+    assert all(r["value"][1] == "1" for r in up.values()), up
+    assert up["gpu-a2"]["metric"]["rack"] == "rack_a" and up["gpu-b3"]["metric"]["rack"] == "rack_b", up
+    failing = 'gpu_health_check_status{check="ecc",severity="fail"} == 1'
+    assert prometheus(failing) == [], "no ECC failure before the fault"
+    set_faults("gpu-b1", {"ecc_uncorrectable": [{"gpu": 1, "count": 4}]})
+    try:
+        # Run the health timer's service now instead of waiting for its next tick.
+        run(str(BIN / "ansible"), "gpu-b1", *VAULT, "-m", "ansible.builtin.systemd_service",
+            "-a", "name=gpu-health-textfile.service state=started")
+        result = wait_for(failing, lambda r: len(r) > 0)
+        assert [(r["metric"]["node"], r["metric"]["gpu"], r["metric"]["rack"]) for r in result] == \
+            [("gpu-b1", "1", "rack_b")], result
+    finally:
+        set_faults("gpu-b1", {})
+        run(str(BIN / "ansible"), "gpu-b1", *VAULT, "-m", "ansible.builtin.systemd_service",
+            "-a", "name=gpu-health-textfile.service state=started")
+    assert wait_for(failing, lambda r: r == []) == []
 
 
 def rail_netdev(host, subnet):
