@@ -1,12 +1,14 @@
 """Turn the verify modules' results into readiness rows and a printable table.
 
-A row has one status per column (ok, warn, fail, error, missing) with the reasons behind it, and a
-verdict: a node is ready when no column failed or errored. Warnings are reported, not gating.
+A row has one status per column (ok, warn, fail, error, missing, skip) with the reasons behind it, and a
+verdict: a node is ready when no column failed or errored. Warnings are reported, not gating. The
+acceptance gates (nccl_bandwidth single- and multi-node, dcgm_diag) also give measured against required
+(readiness_gates), shown in the Markdown report.
 """
 
 from ansible.errors import AnsibleFilterError
 
-COLUMNS = ("topology", "gpus", "ecc", "xid", "pcie", "rdma", "fabric")
+COLUMNS = ("topology", "gpus", "ecc", "xid", "pcie", "rdma", "fabric", "nccl", "dcgm")
 # gpu_health check name -> readiness column; checks not listed land in "gpus".
 GPU_CHECK_COLUMN = {
     "ecc": "ecc", "retired_pages": "ecc", "row_remap": "ecc",
@@ -84,10 +86,112 @@ def _fabric_column(verdict):
     return verdict["status"], list(verdict.get("reasons") or [])
 
 
+def _not_run(result):
+    """Why a gate did not run (disabled, check mode, skipped by a condition), else None."""
+    if result is None:
+        return "not run"
+    if not isinstance(result, dict):
+        return None
+    if result.get("skipped_in_check_mode"):
+        return "not run in check mode"
+    if result.get("skipped"):
+        return result.get("skip_reason") or "skipped"
+    return None
+
+
+def _nccl_gate(result, scope):
+    """{'status', 'reasons', 'measured_busbw_gbps', 'required_busbw_gbps', 'metric', ...} of one NCCL run."""
+    gate = {"scope": scope, "measured_busbw_gbps": None, "required_busbw_gbps": None, "metric": None}
+    why = _not_run(result)
+    if why:
+        gate.update(status="skip", reasons=[why] if result is not None else [])
+        return gate
+    if not isinstance(result, dict):
+        gate.update(status="error", reasons=["nccl_bandwidth result unreadable: %r" % (result,)])
+        return gate
+    if result.get("unreachable"):
+        gate.update(status="error", reasons=["unreachable: %s" % result.get("msg", "")])
+        return gate
+    gate.update(measured_busbw_gbps=result.get("measured_busbw_gbps"), required_busbw_gbps=result.get("min_busbw_gbps"),
+                metric=result.get("metric"), avg_busbw_gbps=result.get("avg_busbw_gbps"),
+                nccl_version=result.get("nccl_version"), weakest=result.get("weakest"))
+    if result.get("hosts"):
+        gate["hosts"] = list(result["hosts"])
+    if gate["measured_busbw_gbps"] is None:
+        # no parsed run: all_reduce_perf missing, crashed or printed something unreadable
+        gate.update(status="error", reasons=["%s: %s" % (scope, result.get("msg", "nccl_bandwidth returned no "
+                                                                                "measurement"))])
+        return gate
+    failures = list(result.get("failures") or [])
+    if result.get("failed") and not failures:
+        failures = [result.get("msg", "nccl_bandwidth failed")]
+    gate.update(status="fail" if failures else "ok", reasons=["%s: %s" % (scope, f) for f in failures])
+    return gate
+
+
+def _dcgm_gate(result):
+    gate = {"level": None, "summary": None, "failed_tests": []}
+    why = _not_run(result)
+    if why:
+        gate.update(status="skip", reasons=[why] if result is not None else [])
+        return gate
+    if not isinstance(result, dict):
+        gate.update(status="error", reasons=["dcgm_diag result unreadable: %r" % (result,)])
+        return gate
+    if result.get("unreachable"):
+        gate.update(status="error", reasons=["unreachable: %s" % result.get("msg", "")])
+        return gate
+    if "tests" not in result:
+        gate.update(status="error", reasons=[result.get("msg", "dcgm_diag returned no tests")])
+        return gate
+    gate.update(level=result.get("level"), summary=result.get("summary"), dcgm_version=result.get("dcgm_version"))
+    # failed_when: false (node_verify) rewrites 'failed': the verdict is re-applied from causes and fail_on
+    fail_on = result.get("fail_on") or ["Fail"]
+    failing = [c for c in result.get("causes") or [] if c.get("status") in fail_on]
+    if result.get("failed") and not failing:
+        gate.update(status="error", reasons=[result.get("msg", "dcgm_diag failed")])
+        return gate
+    gate["failed_tests"] = [{"test": c.get("test"), "status": c.get("status"), "cause": c.get("cause"),
+                             "gpus": c.get("gpus") or []} for c in failing]
+    gate["reasons"] = ["level %s %s %s (%s%s)" % (gate["level"], c.get("test"), str(c.get("status")).lower(),
+                                                  c.get("cause"),
+                                                  ", GPU " + ",".join(c["gpus"]) if c.get("gpus") else "")
+                       for c in failing]
+    gate["status"] = "fail" if failing else "ok"
+    return gate
+
+
+def readiness_gates(results):
+    """The acceptance gates of one node's results: {'nccl': ..., 'nccl_multi_node': ..., 'dcgm': ...}.
+
+    Each NCCL gate has status, reasons, measured_busbw_gbps, required_busbw_gbps (None: no mark), metric;
+    the DCGM gate has status, reasons, level, summary and failed_tests. A gate not run is 'skip'.
+    """
+    if not isinstance(results, dict):
+        raise AnsibleFilterError("readiness_gates: results must be a dict, got %r" % type(results))
+    return {"nccl": _nccl_gate(results.get("nccl"), "single-node"),
+            "nccl_multi_node": _nccl_gate(results.get("nccl_multi_node"), "multi-node"),
+            "dcgm": _dcgm_gate(results.get("dcgm"))}
+
+
+def _gate_column(*gates):
+    """Worst status of the gates that ran ('skip' when none ran) and the reasons of those not ok."""
+    status, reasons = None, []
+    for gate in gates:
+        if gate["status"] == "skip":
+            continue
+        status = gate["status"] if status is None else _worse(status, gate["status"])
+        if gate["status"] in ("fail", "error", "warn"):
+            reasons += gate["reasons"]
+    return status or "skip", reasons
+
+
 def readiness_row(results, node, rack="", profile=""):
     """One node's readiness from {'topology': ..., 'gpu': ..., 'rdma': ..., 'fabric': ...} results.
 
     'fabric' is optional: fabric_verify's verdict for the node; without it the column is 'skip'.
+    'nccl', 'nccl_multi_node' and 'dcgm' are optional (nccl_bandwidth / dcgm_diag results): the nccl column
+    joins the single- and multi-node runs; a gate not given or not run is 'skip'.
     """
     if not isinstance(results, dict):
         raise AnsibleFilterError("readiness_row: results for %s must be a dict, got %r" % (node, type(results)))
@@ -96,7 +200,10 @@ def readiness_row(results, node, rack="", profile=""):
     columns.update(_gpu_columns(results.get("gpu")))
     columns["rdma"] = _rdma_column(results.get("rdma"))
     columns["fabric"] = _fabric_column(results.get("fabric"))
-    row = {"node": node, "rack": rack, "profile": profile, "columns": {}, "reasons": []}
+    gates = readiness_gates(results)
+    columns["nccl"] = _gate_column(gates["nccl"], gates["nccl_multi_node"])
+    columns["dcgm"] = _gate_column(gates["dcgm"])
+    row = {"node": node, "rack": rack, "profile": profile, "columns": {}, "reasons": [], "gates": gates}
     for col in COLUMNS:
         status, reasons = columns[col]
         row["columns"][col] = {"status": status, "reasons": reasons}
@@ -157,6 +264,28 @@ def readiness_markdown(rows, details, cluster=""):
         if r["reasons"]:
             out += ["", "## %s: not ready" % r["node"], ""]
             out += ["- %s" % _md_escape(reason) for reason in r["reasons"]]
+    gate_lines = []
+    for r in rows:
+        gates = r.get("gates") or {}
+        for name in ("nccl", "nccl_multi_node"):
+            g = gates.get(name)
+            if g and g["status"] != "skip":
+                measured = "%.2f GB/s" % g["measured_busbw_gbps"] if g["measured_busbw_gbps"] is not None else "-"
+                required = "%.2f GB/s" % g["required_busbw_gbps"] if g["required_busbw_gbps"] is not None \
+                    else "no mark"
+                gate_lines.append([r["node"], "NCCL all-reduce %s (%s)" % (g["scope"], g.get("metric") or "-"),
+                                   measured, required, g["status"]])
+        g = gates.get("dcgm")
+        if g and g["status"] != "skip":
+            s = g.get("summary") or {}
+            measured = ", ".join("%d %s" % (s[k], k) for k in ("pass", "fail", "warn", "skip") if k in s) or "-"
+            gate_lines.append([r["node"], "DCGM diag level %s" % g.get("level"), measured,
+                               "no test in %s" % "/".join(["Fail"] + (["Warn"] if any(
+                                   t["status"] == "Warn" for t in g["failed_tests"]) else [])), g["status"]])
+    if gate_lines:
+        out += ["", "## Acceptance gates: measured against required", "",
+                "| node | gate | measured | required | status |", "|---|---|---|---|---|"]
+        out += ["| " + " | ".join(_md_escape(c) for c in line) + " |" for line in gate_lines]
     for r in rows:
         topo = (details.get(r["node"]) or {}).get("topology") or {}
         gpus = topo.get("gpus") or []
@@ -172,6 +301,46 @@ def readiness_markdown(rows, details, cluster=""):
     return "\n".join(out) + "\n"
 
 
+def nccl_multi_node_runs(nodes, subnet, options=None, environment=None):
+    """One multi-node all-reduce per hardware profile: the mpirun launcher over the rail addresses.
+
+    nodes: [{'host', 'profile', 'address', 'gpus', 'min_busbw_gbps'}] (the play's GPU nodes, any order).
+    Returns [{'profile', 'launch_host', 'hosts', 'np', 'launcher', 'min_busbw_gbps', 'skip_reason'}], sorted by
+    profile; 'launcher' is the argv before all_reduce_perf: one rank per GPU (-np nodes x gpus, -H addr:gpus),
+    mpirun's own traffic kept on the rail subnet, and each environment entry exported with -x.
+    """
+    if not isinstance(nodes, list) or not nodes:
+        raise AnsibleFilterError("nccl_multi_node_runs: nodes must be a non-empty list, got %r" % (nodes,))
+    by_profile = {}
+    for node in nodes:
+        missing = [k for k in ("host", "profile", "address", "gpus") if not isinstance(node, dict) or not node.get(k)]
+        if missing:
+            raise AnsibleFilterError("nccl_multi_node_runs: node %r lacks %s" % (node, ", ".join(missing)))
+        by_profile.setdefault(node["profile"], []).append(node)
+    runs = []
+    for profile in sorted(by_profile):
+        group = sorted(by_profile[profile], key=lambda n: n["host"])
+        gpus = set(int(n["gpus"]) for n in group)
+        if len(gpus) != 1:
+            raise AnsibleFilterError("nccl_multi_node_runs: profile %s has nodes with different GPU counts %s"
+                                     % (profile, sorted(gpus)))
+        per_node = gpus.pop()
+        marks = set(n.get("min_busbw_gbps") for n in group)
+        launcher = ["mpirun", "--allow-run-as-root", "-np", str(per_node * len(group)),
+                    "-H", ",".join("%s:%d" % (n["address"], per_node) for n in group),
+                    "--map-by", "ppr:%d:node" % per_node,
+                    "--mca", "oob_tcp_if_include", str(subnet), "--mca", "btl_tcp_if_include", str(subnet)]
+        for key in sorted(environment or {}):
+            launcher += ["-x", "%s=%s" % (key, environment[key])]
+        launcher += [str(o) for o in (options or [])]
+        runs.append({"profile": profile, "launch_host": group[0]["host"], "hosts": [n["host"] for n in group],
+                     "np": per_node * len(group), "launcher": launcher,
+                     "min_busbw_gbps": marks.pop() if len(marks) == 1 else max(m for m in marks if m is not None),
+                     "skip_reason": None if len(group) > 1 else
+                     "only node of profile %s in the play: a multi-node run needs two" % profile})
+    return runs
+
+
 class FilterModule(object):
     """Readiness report filters."""
 
@@ -181,4 +350,6 @@ class FilterModule(object):
             "readiness_missing_row": missing_row,
             "readiness_table": readiness_table,
             "readiness_markdown": readiness_markdown,
+            "readiness_gates": readiness_gates,
+            "nccl_multi_node_runs": nccl_multi_node_runs,
         }

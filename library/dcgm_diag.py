@@ -101,6 +101,12 @@ summary:
   type: dict
   returned: when the output was parsed
   sample: {pass: 8, fail: 1, warn: 0, skip: 0}
+fail_on:
+  description: The O(fail_on) statuses the verdict used (callers that ignore C(failed) re-apply it to RV(causes)).
+  type: list
+  elements: str
+  returned: when the output was parsed
+  sample: [Fail]
 dcgm_version:
   description: DCGM version the output names, if any.
   type: str
@@ -150,7 +156,7 @@ def main():
     causes = diag_causes(parsed)
     result = dict(changed=False, cmd=argv, rc=rc, level=p['level'], tests=parsed['tests'], per_gpu=per_gpu(parsed),
                   causes=causes, summary=summarize(parsed), dcgm_version=parsed['version'],
-                  driver_version=parsed['driver'])
+                  driver_version=parsed['driver'], fail_on=p['fail_on'])
     failing = [c for c in causes if c['status'] in p['fail_on']]
     if failing:
         module.fail_json(msg='DCGM diagnostic level %d: %s' % (p['level'], '; '.join(

@@ -62,7 +62,7 @@ def test_healthy_row_is_ready():
     row = readiness_row(_results(), "gpu-a1", "rack_a", "hgx-h100-8gpu")
     assert row["ready"] and row["verdict"] == "ready" and row["reasons"] == []
     assert {c: v["status"] for c, v in row["columns"].items()} == dict.fromkeys(
-        ("topology", "gpus", "ecc", "xid", "pcie", "rdma"), "ok") | {"fabric": "skip"}
+        ("topology", "gpus", "ecc", "xid", "pcie", "rdma"), "ok") | {"fabric": "skip", "nccl": "skip", "dcgm": "skip"}
 
 
 def test_checks_land_in_their_columns_and_warnings_do_not_gate():
@@ -107,8 +107,9 @@ def test_table_lists_every_node_and_the_reasons():
     table = readiness_table(rows)
     lines = table.splitlines()
     assert lines[0].split() == ["NODE", "RACK", "TOPOLOGY", "GPUS", "ECC", "XID", "PCIE", "RDMA", "FABRIC",
-                                "VERDICT"]
-    assert lines[2].split() == ["gpu-a1", "rack_a", "ok", "ok", "ok", "ok", "ok", "ok", "skip", "ready"]
+                                "NCCL", "DCGM", "VERDICT"]
+    assert lines[2].split() == ["gpu-a1", "rack_a", "ok", "ok", "ok", "ok", "ok", "ok", "skip", "skip", "skip",
+                                "ready"]
     assert lines[3].split()[-2:] == ["NOT", "READY"] and lines[3].split()[2] == "fail"
     assert "1 of 3 nodes ready" in table
     assert "gpu-a2: topology: GPU0-GPU1 link_code: expected NV18, found NV12" in table
@@ -131,7 +132,7 @@ def test_markdown_report_has_the_table_reasons_and_link_matrix():
                                                  "GPU1": {"GPU0": "NV18", "mlx5_0": "SYS"}}}}}
     md = readiness_markdown(rows, details, "gpulab").splitlines()
     assert md[0] == "# Cluster readiness: gpulab" and "1 of 2 nodes ready." in md
-    assert "| gpu-a1 | rack_a | hgx-h100-8gpu | ok | ok | ok | ok | ok | ok | skip | **ready** |" in md
+    assert "| gpu-a1 | rack_a | hgx-h100-8gpu | ok | ok | ok | ok | ok | ok | skip | skip | skip | **ready** |" in md
     assert "## gpu-b1: not ready" in md and "- node: unreachable" in md
     assert "| | GPU0 | GPU1 | mlx5_0 |" in md
     assert "| GPU0 | X | NV18 | PXB |" in md and "| GPU1 | NV18 | X | SYS |" in md
