@@ -1,0 +1,232 @@
+"""The inference roles: every engine preset renders the unit the issue asks for (docker run with the NVIDIA
+runtime, --ipc=host, memlock/stack ulimits, the NCCL env file, the common settings mapped onto each engine's
+own flags), the lab engine runs under the same unit name; documentation agrees with the argument specs; bad
+input is rejected naming the host and the variable."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+INFERENCE_ROLES = ("inference_runtime", "inference_lb")
+RUNTIME = ROLES / "inference_runtime"
+MODEL = {"config.json": "a" * 64, "model-00001.safetensors": "b" * 64}
+
+
+def _vars(**overrides):
+    loader = DataLoader()
+    variables = {}
+    variables.update(loader.load_from_file(str(REPO / "playbooks" / "vars" / "hardware_profiles.yml"), trusted_as_template=True))
+    variables.update(loader.load_from_file(str(RUNTIME / "defaults" / "main.yml"), trusted_as_template=True))
+    variables.update(loader.load_from_file(str(RUNTIME / "vars" / "main.yml"), trusted_as_template=True))
+    variables.update({"role_path": str(RUNTIME), "inventory_hostname": "gpu-a1", "ansible_managed": "Ansible managed",
+                      "hardware_profile": "hgx-h100-8gpu", "inference_runtime_model_name": "llama-70b",
+                      "inference_runtime_model_files": MODEL})
+    variables.update(overrides)
+    return loader, variables
+
+
+def render_unit(**overrides):
+    loader, variables = _vars(**overrides)
+    templar = Templar(loader=loader, variables=variables)
+    text = (RUNTIME / "templates" / "inference-runtime.service.j2").read_text()
+    return templar.template(trust_as_template(text))
+
+
+def exec_start(unit):
+    """ExecStart= as systemd reads it: continuation lines joined, then split like a shell word list."""
+    joined = re.sub(r"\\\n\s*", " ", unit)
+    line = [entry for entry in joined.splitlines() if entry.startswith("ExecStart=")]
+    assert len(line) == 1, unit
+    return shlex.split(line[0][len("ExecStart="):])
+
+
+def flag(argv, name):
+    """The value after a flag, given as '--flag value' or '--flag=value'."""
+    for i, arg in enumerate(argv):
+        if arg == name:
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    raise AssertionError("%s not in %s" % (name, argv))
+
+
+ENGINE_FLAGS = {
+    # engine: (image, command, {common setting: engine flag})
+    "vllm": ("vllm/vllm-openai", [], {"tp": "--tensor-parallel-size", "batch": "--max-num-seqs",
+                                      "tokens": "--max-num-batched-tokens", "mem": "--gpu-memory-utilization",
+                                      "port": "--port", "model": "--model"}),
+    "sglang": ("lmsysorg/sglang", ["python3", "-m", "sglang.launch_server"],
+               {"tp": "--tp-size", "batch": "--max-running-requests", "tokens": "--max-prefill-tokens",
+                "mem": "--mem-fraction-static", "port": "--port", "model": "--model-path"}),
+    "tensorrt_llm": ("nvcr.io/nvidia/tensorrt-llm/release", ["trtllm-serve", "serve"],
+                     {"tp": "--tp_size", "batch": "--max_batch_size", "tokens": "--max_num_tokens",
+                      "mem": "--kv_cache_free_gpu_memory_fraction", "port": "--port"}),
+    "triton": ("nvcr.io/nvidia/tritonserver", ["tritonserver"], {"port": "--http-port"}),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
+def test_engine_runs_in_docker_with_the_nvidia_runtime(engine):
+    argv = exec_start(render_unit(inference_runtime_engine=engine))
+    assert argv[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "inference-runtime"]
+    for needed in (["--runtime", "nvidia"], ["--gpus", "all"], ["--ipc=host"], ["--network", "host"],
+                   ["--ulimit", "memlock=-1"], ["--ulimit", "stack=67108864"], ["--env-file", "/etc/nccl.conf"]):
+        assert any(argv[i:i + len(needed)] == needed for i in range(len(argv))), (needed, argv)
+    assert "--volume" in argv and flag(argv, "--volume") == \
+        "/var/lib/inference-runtime/models/llama-70b:/models/llama-70b:ro"
+    image, command, _ = ENGINE_FLAGS[engine]
+    image_at = [i for i, arg in enumerate(argv) if arg.startswith(image + ":")]
+    assert len(image_at) == 1, argv
+    assert argv[image_at[0] + 1:image_at[0] + 1 + len(command)] == command
+    # docker options before the image, engine arguments after it
+    assert argv.index("--gpus") < image_at[0]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
+def test_common_settings_reach_the_engine_flags(engine):
+    argv = exec_start(render_unit(inference_runtime_engine=engine, inference_runtime_tensor_parallel_size=4,
+                                  inference_runtime_max_batch_size=64, inference_runtime_max_tokens_per_batch=4096,
+                                  inference_runtime_gpu_memory_fraction=0.85, inference_runtime_port=8100))
+    wanted = {"tp": "4", "batch": "64", "tokens": "4096", "mem": "0.85", "port": "8100",
+              "model": "/models/llama-70b"}
+    for setting, name in ENGINE_FLAGS[engine][2].items():
+        assert flag(argv, name) == wanted[setting], (engine, name, argv)
+
+
+def test_tensor_parallel_defaults_to_the_profile_gpu_count():
+    assert flag(exec_start(render_unit()), "--tensor-parallel-size") == "8"
+    assert flag(exec_start(render_unit(hardware_profile="pcie-l40s-4gpu")), "--tensor-parallel-size") == "4"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_fp8_is_e4m3_weights_and_kv_cache(engine):
+    argv = exec_start(render_unit(inference_runtime_engine=engine))
+    assert flag(argv, "--quantization") == "fp8" and flag(argv, "--kv-cache-dtype") == "fp8_e4m3"
+    argv = exec_start(render_unit(inference_runtime_engine=engine, inference_runtime_quantization="none"))
+    assert "--quantization" not in argv and "--kv-cache-dtype" not in argv
+
+
+def test_triton_serves_the_model_repository_with_metrics():
+    argv = exec_start(render_unit(inference_runtime_engine="triton"))
+    assert flag(argv, "--model-repository") == "/models"
+    assert flag(argv, "--metrics-port") == "8002" and flag(argv, "--allow-metrics") == "true"
+    assert flag(argv, "--load-model") == "llama-70b"
+
+
+def test_image_tag_is_the_version_and_extra_args_and_env_are_passed():
+    argv = exec_start(render_unit(inference_runtime_version="v0.6.5", inference_runtime_extra_args=["--seed", "7"],
+                                  inference_runtime_env={"HF_HUB_OFFLINE": "1"}))
+    assert "vllm/vllm-openai:v0.6.5" in argv
+    assert argv[-2:] == ["--seed", "7"]
+    assert flag(argv, "--env") == "HF_HUB_OFFLINE=1"
+
+
+def test_unit_sets_limits_and_stops_the_container():
+    unit = render_unit()
+    assert "LimitMEMLOCK=infinity" in unit and "LimitSTACK=67108864" in unit
+    assert "Requires=docker.service" in unit
+    assert "ExecStop=/usr/bin/docker stop --time 30 inference-runtime" in unit
+
+
+def test_lab_engine_runs_directly_under_the_same_unit():
+    unit = render_unit(inference_runtime_engine="lab", inference_runtime_version="1.0.0")
+    argv = exec_start(unit)
+    assert argv[:2] == ["/usr/bin/python3", "/opt/inference-runtime/lab_engine.py"]
+    assert "docker" not in unit.split("[Service]", 1)[1]
+    assert flag(argv, "--model") == "/var/lib/inference-runtime/models/llama-70b"
+    assert flag(argv, "--version") == "1.0.0" and flag(argv, "--tensor-parallel-size") == "8"
+    assert flag(argv, "--batch-timeout-ms") == "100" and flag(argv, "--quantization") == "fp8_e4m3"
+    assert "--fail-health" not in argv
+    bad = exec_start(render_unit(inference_runtime_engine="lab", inference_runtime_version="2.0.0-bad",
+                                 inference_runtime_lab_bad_versions=["2.0.0-bad"]))
+    assert "--fail-health" in bad
+
+
+def test_lab_engine_parses_the_rendered_arguments():
+    sys.path.insert(0, str(REPO / "lab" / "engine"))
+    import lab_engine
+    argv = exec_start(render_unit(inference_runtime_engine="lab", inference_runtime_version="1.0.0"))
+    args = lab_engine.parse_args(argv[2:])
+    assert (args.version, args.tensor_parallel_size, args.max_batch_size, args.max_tokens_per_batch) == \
+        ("1.0.0", 8, 256, 8192)
+
+
+def _spec(role):
+    return yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize("role", INFERENCE_ROLES)
+def test_every_default_is_specified_with_its_value(role):
+    spec = _spec(role)
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+    assert set(defaults) - set(spec) == set()
+    for name, value in defaults.items():
+        if isinstance(value, str) and "{{" in value:
+            assert "default" not in spec[name], "%s: a templated default is described, not copied" % name
+        else:
+            assert spec[name].get("default") == value, name
+    assert [n for n in set(spec) - set(defaults) if n.startswith(role + "_")] == []
+
+
+@pytest.mark.parametrize("role", INFERENCE_ROLES)
+def test_readme_table_lists_the_spec(role):
+    readme = (ROLES / role / "README.md").read_text()
+    table = readme.split("## Variables", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+    assert sorted(documented) == sorted(_spec(role))
+    assert len(documented) == len(set(documented))
+
+
+GOOD = {"inference_runtime_model_files": MODEL, "hardware_profile": "hgx-h100-8gpu"}
+BAD_INPUT = [
+    ("inference_runtime", {"inference_runtime_tensor_parallel_size": 3},
+     "inference_runtime_tensor_parallel_size=3 does not divide the GPU count 8 of hardware_profile hgx-h100-8gpu"),
+    ("inference_runtime", {"inference_runtime_max_batch_size": 512}, "inference_runtime_max_batch_size=512 is outside 16-256"),
+    ("inference_runtime", {"inference_runtime_max_batch_size": 8}, "inference_runtime_max_batch_size=8 is outside 16-256"),
+    ("inference_runtime", {"inference_runtime_engine": "tgi"},
+     "inference_runtime_engine=tgi is not one of vllm, triton, tensorrt_llm, sglang, lab"),
+    ("inference_runtime", {"inference_runtime_model_files": {"config.json": "a" * 64, "model.safetensors": ""}},
+     "inference_runtime_model_files[model.safetensors] has no sha256 checksum"),
+    ("inference_runtime", {"inference_runtime_model_files": {}}, "inference_runtime_model_files is empty"),
+    ("inference_runtime", {"hardware_profile": "hgx-x999"}, "hardware_profile=hgx-x999 is not a key of hardware_profiles"),
+    ("inference_runtime", {"inference_runtime_gpu_memory_fraction": 1.5},
+     "inference_runtime_gpu_memory_fraction=1.5 is outside (0, 1]"),
+    ("inference_lb", {"inference_lb_backends": ["localhost"]},
+     "inference_lb_allowed_networks is empty: list the internal client networks"),
+    ("inference_lb", {"inference_lb_backends": ["localhost"], "inference_lb_allowed_networks": ["10.0.0.0/8", "vip"],
+                      "inference_lb_tls_generate_ca": True},
+     "inference_lb_allowed_networks has entries that are not networks: vip"),
+    ("inference_lb", {"inference_lb_backends": ["localhost"], "inference_lb_allowed_networks": ["10.0.0.0/8"]},
+     "inference_lb_tls_certificate and inference_lb_tls_private_key are empty"),
+]
+
+
+@pytest.mark.parametrize("role,variables,message", BAD_INPUT,
+                         ids=["%s-%s" % (r, "-".join(v)) for r, v, _ in BAD_INPUT])
+def test_bad_input_is_rejected_naming_host_and_variable(tmp_path, role, variables, message):
+    """The role's first tasks stop the play, in check mode on the controller, before anything else runs."""
+    play = tmp_path / "play.yml"
+    play.write_text(json.dumps([{"name": "Apply %s" % role, "hosts": "localhost", "connection": "local",
+                                 "gather_facts": False,
+                                 "vars_files": [str(REPO / "playbooks" / "vars" / "hardware_profiles.yml")],
+                                 "roles": [role]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_ROLES_PATH=str(ROLES))
+    extra = dict(GOOD, **variables) if role == "inference_runtime" else variables
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "--check",
+                           str(play), "-e", json.dumps(extra)], cwd=str(REPO), env=env, check=False,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "localhost: " + message in re.sub(r"\s+", " ", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-1500:]
