@@ -294,3 +294,19 @@ def test_workflow_nodes_use_documented_suboptions(rendered):
     sub = _module_options('workflow_job_template')['workflow_nodes']['suboptions']
     for node in rendered['workflow']['workflow_nodes']:
         assert set(node) <= set(sub) | {'related'}, sorted(set(node) - set(sub))
+
+
+def test_controller_connection_from_variables():
+    play = yaml.safe_load((REPO / 'playbooks' / 'awx' / 'configure.yml').read_text())[0]
+    defaults = play['module_defaults']['group/awx.awx.controller']
+    fragment = (AWX_MODULES.parent / 'doc_fragments' / 'auth.py').read_text()
+    options = yaml.safe_load(re.search(r"DOCUMENTATION = r?'''(.*?)'''", fragment, re.S).group(1))['options']
+    assert set(defaults) <= set(options)
+    assert defaults['controller_host'] == '{{ controller_host }}'
+    assert defaults['controller_oauthtoken'] == '{{ controller_oauthtoken }}'
+    # The token travels only as a module option, which awx.awx marks no_log; the credential task that
+    # carries the BMC password is no_log itself.
+    api = (AWX_MODULES.parent / 'module_utils' / 'controller_api.py').read_text()
+    assert re.search(r"controller_oauthtoken=dict\([^)]*no_log=True", api, re.S)
+    credential = next(t for top in play['tasks'] for t in top.get('block', [top]) if 'awx.awx.credential' in t)
+    assert credential['no_log'] is True
