@@ -114,7 +114,7 @@ def _nccl_gate(result, scope):
         return gate
     gate.update(measured_busbw_gbps=result.get("measured_busbw_gbps"), required_busbw_gbps=result.get("min_busbw_gbps"),
                 metric=result.get("metric"), avg_busbw_gbps=result.get("avg_busbw_gbps"),
-                nccl_version=result.get("nccl_version"), weakest=result.get("weakest"))
+                nccl_version=result.get("nccl_version"), weakest=result.get("weakest"), cmd=result.get("cmd"))
     if result.get("hosts"):
         gate["hosts"] = list(result["hosts"])
     if gate["measured_busbw_gbps"] is None:

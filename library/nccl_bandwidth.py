@@ -27,7 +27,9 @@ author:
   - GPU cluster toolkit maintainers
 options:
   path:
-    description: Path of C(all_reduce_perf). Default is the one on C(PATH), else C(/opt/nccl-tests/bin) (where the cuda_toolkit role installs it).
+    description:
+      - Path of C(all_reduce_perf). Default is the one on C(PATH), else C(/opt/nccl-tests/bin) (where the
+        cuda_toolkit role installs it).
     type: path
   min_bytes:
     description: Smallest message size (C(-b)), with nccl-tests' suffixes (V(1G), V(512M)).

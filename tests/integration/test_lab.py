@@ -251,3 +251,95 @@ def test_a_wrong_mtu_on_a_node_or_on_the_network_is_named(lab):
             subprocess.run([c.replace("%d", "9000") for c in cmd], check=True)
     playbook("playbooks/verify.yml")
     assert all(r["columns"]["fabric"]["status"] == "ok" for r in report().values())
+
+
+def test_a_node_stopped_mid_run_is_named_and_the_rest_converge(lab):
+    # Stop gpu-b2 once the run reaches the RDMA play (node baseline done everywhere).
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, stopped = [], False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not stopped and line.startswith("PLAY [Configure RDMA over Converged Ethernet]"):
+                subprocess.run(["docker", "stop", "-t", "5", "gpulab-gpu-b2"], check=True, capture_output=True)
+                stopped = True
+        rc = proc.wait(timeout=1800)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["docker", "start", "gpulab-gpu-b2"], check=True, capture_output=True)
+    out = "".join(lines)
+    assert stopped, out[-3000:]
+    assert rc != 0, out[-3000:]
+    hosts = recap(out)
+    assert hosts["gpu-b2"]["unreachable"] + hosts["gpu-b2"]["failed"] > 0, hosts
+    for node in GPU_NODES:
+        if node != "gpu-b2":
+            assert hosts[node]["failed"] == 0 and hosts[node]["unreachable"] == 0, (node, hosts)
+    # The rest went on to the end: verify ran on them.
+    assert set(report()) >= set(GPU_NODES) - {"gpu-b2"}
+    summary = out.split("FAILED HOSTS")[1]
+    assert re.search(r"^gpu-b2: (unreachable|failed) in play '[^']+', task '[^']+'", summary, re.M), summary
+    assert not re.search(r"^gpu-(a1|a2|a3|b1|b3):", summary, re.M), summary
+    # Back up, the next run converges every node again.
+    playbook("playbooks/lab/up.yml")
+    rc, out = playbook("playbooks/site.yml")
+    assert "6 of 6 nodes ready" in out
+
+
+def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
+    """nccl_busbw_low halves gpu-a2's replayed all-reduce and dcgm_diag_fail fails Inforom on gpu-b1's GPU 4:
+    each node is not ready in exactly its gate's column, with measured against required (aznhc marks in
+    playbooks/vars/hardware_profiles.yml). Then the opt-in multi-node run renders mpirun over rail0 per profile."""
+    def failing(row):
+        return {c for c, v in row["columns"].items() if v["status"] in ("fail", "error")}
+
+    set_faults("gpu-a2", {"nccl_busbw_low": {"factor": 0.5}})
+    set_faults("gpu-b1", {"dcgm_diag_fail": [{"test": "Inforom", "gpu": 4}]})
+    try:
+        rc, out = playbook("playbooks/verify.yml", check=False)
+        assert rc != 0, "verify.yml must fail when nodes are not ready"
+        hosts = recap(out)
+        assert all(hosts[n]["failed"] == 0 for n in GPU_NODES), hosts  # the gates never fail a node's play
+        rows = report()
+        a2, b1 = rows["gpu-a2"], rows["gpu-b1"]
+        assert failing(a2) == {"nccl"}, a2["reasons"]
+        assert a2["columns"]["nccl"]["reasons"][0].startswith(
+            "single-node: bus bandwidth at the largest size (17179869184 B) 342.63 GB/s is below the required "
+            "460.00 GB/s"), a2["columns"]["nccl"]
+        gate = a2["gates"]["nccl"]
+        assert (gate["measured_busbw_gbps"], gate["required_busbw_gbps"]) == (342.63, 460.0), gate
+        assert failing(b1) == {"dcgm"}, b1["reasons"]
+        assert b1["columns"]["dcgm"]["reasons"] == ["level 1 Inforom fail (inforom_corrupt, GPU 4)"]
+        assert all(rows[n]["ready"] for n in GPU_NODES if n not in ("gpu-a2", "gpu-b1")), \
+            {n: rows[n]["reasons"] for n in GPU_NODES}
+        # healthy nodes: each profile's replay against its mark
+        assert (rows["gpu-a1"]["gates"]["nccl"]["measured_busbw_gbps"],
+                rows["gpu-a1"]["gates"]["nccl"]["required_busbw_gbps"]) == (685.27, 460.0)
+        assert (rows["gpu-b2"]["gates"]["nccl"]["measured_busbw_gbps"],
+                rows["gpu-b2"]["gates"]["nccl"]["required_busbw_gbps"]) == (386.56, 228.0)
+        assert rows["gpu-b3"]["gates"]["nccl"]["required_busbw_gbps"] is None  # no published L40S mark
+        md = (ROOT / "reports" / "readiness.md").read_text()
+        assert "| gpu-a2 | NCCL all-reduce single-node (largest) | 342.63 GB/s | 460.00 GB/s | fail |" in md
+        assert "| gpu-b1 | DCGM diag level 1 | 8 pass, 1 fail, 0 warn, 0 skip | no test in Fail | fail |" in md
+        assert "gpu-a2: nccl: single-node: bus bandwidth" in out and "gpu-b1: dcgm: level 1 Inforom fail" in out
+    finally:
+        set_faults("gpu-a2", {})
+        set_faults("gpu-b1", {})
+    rc, out = playbook("playbooks/verify.yml", "-e", "node_verify_nccl_multi_node=true")
+    rows = report()
+    assert all(rows[n]["ready"] for n in GPU_NODES), {n: rows[n]["reasons"] for n in GPU_NODES}
+    for nodes, np_, addresses, required in (
+            (["gpu-a1", "gpu-a2", "gpu-a3"], "24", "198.18.1.11:8,198.18.1.12:8,198.18.1.13:8", 48.0),
+            (["gpu-b1", "gpu-b2"], "16", "198.18.1.14:8,198.18.1.15:8", 18.0)):
+        for node in nodes:
+            gate = rows[node]["gates"]["nccl_multi_node"]
+            assert gate["status"] == "ok" and gate["hosts"] == nodes, (node, gate)
+            assert (gate["measured_busbw_gbps"], gate["required_busbw_gbps"]) == (386.56, required), gate
+            assert gate["cmd"][:6] == ["mpirun", "--allow-run-as-root", "-np", np_, "-H", addresses], gate["cmd"]
+            assert gate["cmd"][8:12] == ["--mca", "oob_tcp_if_include", "198.18.1.0/24", "--mca"], gate["cmd"]
+    b3 = rows["gpu-b3"]["gates"]["nccl_multi_node"]
+    assert b3["status"] == "skip" and "only node of profile pcie-l40s-4gpu" in b3["reasons"][0], b3

@@ -121,7 +121,8 @@ def test_gate_that_cannot_run_is_an_error_and_check_mode_is_skip():
     assert readiness_row(dict(base(), nccl=crashed), "gpu-b1")["columns"]["nccl"]["reasons"][0].startswith(
         "single-node: cannot use the all_reduce_perf output (rc=0): nccl-tests output ends after 2 result rows")
     res, _, _ = run_module(nccl_bandwidth.main, {}, {}, bins=NCCL_BINS, check_mode=True)
-    gates = readiness_gates(dict(base(), nccl=res, dcgm={"skipped": True, "skip_reason": "Conditional result was False"}))
+    gates = readiness_gates(dict(base(), nccl=res,
+                                 dcgm={"skipped": True, "skip_reason": "Conditional result was False"}))
     assert gates["nccl"]["status"] == "skip" and gates["nccl"]["reasons"] == ["not run in check mode"]
     assert gates["dcgm"]["status"] == "skip"
     assert readiness_row(dict(base(), nccl=res), "gpu-b1")["ready"]
@@ -137,6 +138,7 @@ def test_multi_node_failure_lands_in_the_nccl_column():
         "multi-node: bus bandwidth at the largest size (8589934592 B) 386.56 GB/s is below the required 400.00 GB/s; "
         "the weakest size was 536870912 B at 356.60 GB/s (92% of the best, 386.56 GB/s at 8589934592 B)"]
     assert row["gates"]["nccl_multi_node"]["hosts"] == ["gpu-a1", "gpu-a2"]
+    assert row["gates"]["nccl_multi_node"]["cmd"][:2] == ["/usr/bin/all_reduce_perf", "-b"]
     single = readiness_row(dict(base(), nccl_multi_node={"skipped": True, "skip_reason": "only node"}), "gpu-b3")
     assert single["columns"]["nccl"]["status"] == "skip" and single["ready"]
 
