@@ -190,7 +190,9 @@ def main():
             module.fail_json(msg='%s must be at least 1, got %d' % (name, p[name]))
     if p['gpus'] is not None and p['gpus'] < 1:
         module.fail_json(msg='gpus must be at least 1, got %d' % p['gpus'])
-    binary = p['path'] or module.get_bin_path('all_reduce_perf', opt_dirs=['/opt/nccl-tests/bin'])
+    # PATH first, as documented: get_bin_path searches opt_dirs before PATH.
+    binary = (p['path'] or module.get_bin_path('all_reduce_perf')
+              or module.get_bin_path('all_reduce_perf', opt_dirs=['/opt/nccl-tests/bin']))
     if not binary:
         module.fail_json(msg='all_reduce_perf (nccl-tests) is not on PATH; install nccl-tests or give path',
                          failures=[], cmd=[])
