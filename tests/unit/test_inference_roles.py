@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+import role_docs
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
@@ -162,30 +163,14 @@ def test_lab_engine_parses_the_rendered_arguments():
         ("1.0.0", 8, 256, 8192)
 
 
-def _spec(role):
-    return yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-
-
 @pytest.mark.parametrize("role", INFERENCE_ROLES)
 def test_every_default_is_specified_with_its_value(role):
-    spec = _spec(role)
-    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
-    assert set(defaults) - set(spec) == set()
-    for name, value in defaults.items():
-        if isinstance(value, str) and "{{" in value:
-            assert "default" not in spec[name], "%s: a templated default is described, not copied" % name
-        else:
-            assert spec[name].get("default") == value, name
-    assert [n for n in set(spec) - set(defaults) if n.startswith(role + "_")] == []
+    role_docs.assert_defaults_specified(role)
 
 
 @pytest.mark.parametrize("role", INFERENCE_ROLES)
 def test_readme_table_lists_the_spec(role):
-    readme = (ROLES / role / "README.md").read_text()
-    table = readme.split("## Variables", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
-    assert sorted(documented) == sorted(_spec(role))
-    assert len(documented) == len(set(documented))
+    role_docs.assert_readme_lists(role, role_docs.spec(role))
 
 
 GOOD = {"inference_runtime_model_files": MODEL, "hardware_profile": "hgx-h100-8gpu"}

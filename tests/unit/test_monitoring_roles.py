@@ -9,41 +9,22 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+import role_docs
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 MONITORING_ROLES = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager")
 
 
-def _spec(role):
-    return yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-
-
-def _defaults(role):
-    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
-
-
 @pytest.mark.parametrize("role", MONITORING_ROLES)
 def test_every_default_is_specified_with_its_value(role):
-    spec, defaults = _spec(role), _defaults(role)
-    assert set(defaults) - set(spec) == set()
-    for name, value in defaults.items():
-        if isinstance(value, str) and "{{" in value:
-            assert "default" not in spec[name], "%s: a templated default is described, not copied" % name
-        else:
-            assert spec[name].get("default") == value, name
-    # role inputs without a default are the inventory's (hardware_profile, ...), never the role's own
-    assert [n for n in set(spec) - set(defaults) if n.startswith(role + "_")] == []
+    role_docs.assert_defaults_specified(role)
 
 
 @pytest.mark.parametrize("role", MONITORING_ROLES)
 def test_readme_table_lists_the_spec(role):
-    readme = (ROLES / role / "README.md").read_text()
-    table = readme.split("## Variables", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
-    assert sorted(documented) == sorted(_spec(role))
-    assert len(documented) == len(set(documented))
+    role_docs.assert_readme_lists(role, role_docs.spec(role))
 
 
 # (role, variables, what the message must say after "localhost: ")
