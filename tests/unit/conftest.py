@@ -3,9 +3,11 @@
 `ansible.module_utils.gpu_parsers` and plain `import nvlink_topology`."""
 
 import os
+import subprocess
 import sys
 
 import ansible.module_utils
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE_UTILS = os.path.join(ROOT, 'module_utils')
@@ -17,3 +19,14 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 for p in (MODULE_UTILS, LIBRARY, os.path.dirname(os.path.abspath(__file__))):
     if p not in sys.path:
         sys.path.insert(0, p)
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory):
+    """A self-signed certificate and key for 127.0.0.1, for the lab Redfish BMC over HTTPS: (crt, key)."""
+    tmp = tmp_path_factory.mktemp("cert")
+    crt, key = tmp / "bmc.crt", tmp / "bmc.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+    return str(crt), str(key)

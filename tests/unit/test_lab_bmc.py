@@ -4,7 +4,6 @@ import base64
 import json
 import os
 import ssl
-import subprocess
 import sys
 import threading
 import urllib.error
@@ -19,16 +18,6 @@ import redfish_bmc  # noqa: E402  (path set above)
 
 USER, PASSWORD = "labadmin", "unit-test-pw-0"
 CHASSIS = "/redfish/v1/Chassis/1"
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cert")
-    crt, key = tmp / "bmc.crt", tmp / "bmc.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
-    return str(crt), str(key)
 
 
 class Bmc:

@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import ssl
-import subprocess
 import sys
 import threading
 import urllib.request
@@ -23,16 +22,6 @@ import redfish_power  # noqa: E402
 from ansible.module_utils.redfish_power import RedfishError, cooling_summary, parse_dcmi_limit  # noqa: E402
 
 USER, PASSWORD = "labadmin", "unit-redfish-pw-S3CRET"
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cert")
-    crt, key = tmp / "bmc.crt", tmp / "bmc.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
-    return str(crt), str(key)
 
 
 class Lab:
