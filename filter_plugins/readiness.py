@@ -99,18 +99,25 @@ def _not_run(result):
     return None
 
 
-def _nccl_gate(result, scope):
-    """{'status', 'reasons', 'measured_busbw_gbps', 'required_busbw_gbps', 'metric', ...} of one NCCL run."""
-    gate = {"scope": scope, "measured_busbw_gbps": None, "required_busbw_gbps": None, "metric": None}
+def _gate_not_usable(gate, result, module):
+    """Set gate's status and reasons when the module's result is no measurement (not run, unreadable,
+    unreachable) and return True; else leave gate alone and return False."""
     why = _not_run(result)
     if why:
         gate.update(status="skip", reasons=[why] if result is not None else [])
-        return gate
-    if not isinstance(result, dict):
-        gate.update(status="error", reasons=["nccl_bandwidth result unreadable: %r" % (result,)])
-        return gate
-    if result.get("unreachable"):
+    elif not isinstance(result, dict):
+        gate.update(status="error", reasons=["%s result unreadable: %r" % (module, result)])
+    elif result.get("unreachable"):
         gate.update(status="error", reasons=["unreachable: %s" % result.get("msg", "")])
+    else:
+        return False
+    return True
+
+
+def _nccl_gate(result, scope):
+    """{'status', 'reasons', 'measured_busbw_gbps', 'required_busbw_gbps', 'metric', ...} of one NCCL run."""
+    gate = {"scope": scope, "measured_busbw_gbps": None, "required_busbw_gbps": None, "metric": None}
+    if _gate_not_usable(gate, result, "nccl_bandwidth"):
         return gate
     gate.update(measured_busbw_gbps=result.get("measured_busbw_gbps"), required_busbw_gbps=result.get("min_busbw_gbps"),
                 metric=result.get("metric"), avg_busbw_gbps=result.get("avg_busbw_gbps"),
@@ -131,15 +138,7 @@ def _nccl_gate(result, scope):
 
 def _dcgm_gate(result):
     gate = {"level": None, "summary": None, "failed_tests": []}
-    why = _not_run(result)
-    if why:
-        gate.update(status="skip", reasons=[why] if result is not None else [])
-        return gate
-    if not isinstance(result, dict):
-        gate.update(status="error", reasons=["dcgm_diag result unreadable: %r" % (result,)])
-        return gate
-    if result.get("unreachable"):
-        gate.update(status="error", reasons=["unreachable: %s" % result.get("msg", "")])
+    if _gate_not_usable(gate, result, "dcgm_diag"):
         return gate
     if "tests" not in result:
         gate.update(status="error", reasons=[result.get("msg", "dcgm_diag returned no tests")])
