@@ -75,7 +75,7 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats):
         # A host whose failures a rescue handled counts as rescued, not failed, in the recap: leave it out.
         rows = [entry for host, entry in sorted(self._failures.items())
-                if stats.summarize(host)["failures"] or stats.summarize(host)["unreachable"]]
+                if stats.failures.get(host) or stats.dark.get(host)]
         if rows:
             self._display.banner("FAILED HOSTS (%d)" % len(rows))
             for r in rows:

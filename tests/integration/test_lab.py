@@ -27,10 +27,13 @@ PROMETHEUS = "http://198.18.0.41:9090"  # mon-1 in inventories/lab/hosts.yml
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root and a Docker engine")
 
 
+def ansible_env():
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+
+
 def run(*args, check=True):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
-    proc = subprocess.run(list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(list(args), cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=1800)
     out = proc.stdout + proc.stderr
     if check and proc.returncode != 0:
         raise AssertionError("%s exited %d:\n%s" % (" ".join(args), proc.returncode, out[-6000:]))
@@ -255,9 +258,8 @@ def test_a_wrong_mtu_on_a_node_or_on_the_network_is_named(lab):
 
 def test_a_node_stopped_mid_run_is_named_and_the_rest_converge(lab):
     # Stop gpu-b2 once the run reaches the RDMA play (node baseline done everywhere).
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
-    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml"], cwd=ROOT,
+                            env=ansible_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, stopped = [], False
     try:
