@@ -29,6 +29,8 @@ lab-up: image
 	$(PLAYBOOK) playbooks/lab/up.yml
 	$(PLAYBOOK) playbooks/lab/simulator.yml
 	$(PLAYBOOK) playbooks/lab/apt_repo.yml
+	$(PLAYBOOK) playbooks/lab/bmc.yml
+	$(PLAYBOOK) playbooks/lab/models.yml
 
 lab: lab-up
 	$(PLAYBOOK) playbooks/site.yml
