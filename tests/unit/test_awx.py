@@ -87,6 +87,23 @@ def test_collections_requirements_match_top_level():
     assert _yaml('collections/requirements.yml') == _yaml('requirements.yml')
 
 
+def test_requirements_pin_the_collections_the_code_uses_at_the_installed_versions():
+    """Online installs (Galaxy) get what CI tests: every collection the playbooks, roles and lab name by FQCN
+    is listed, at the version the pinned ansible package carries."""
+    pinned = {c['name']: c['version'] for c in _yaml('requirements.yml')['collections']}
+    used = set()
+    for path in list((REPO / 'playbooks').rglob('*.yml')) + list((REPO / 'roles').rglob('*.yml')):
+        used |= set(re.findall(r'^\s*-?\s*((?!ansible\.builtin\.)[a-z_]+\.[a-z_]+)\.[a-z_]+:\s*$',
+                               path.read_text(), re.M))
+    assert used - set(pinned) == set(), used - set(pinned)
+    assert 'awx.awx' in used
+    for name, version in pinned.items():
+        namespace, collection = name.split('.')
+        manifest = Path(__import__('ansible_collections.%s.%s' % (namespace, collection),
+                                   fromlist=['x']).__path__[0]) / 'MANIFEST.json'
+        assert json.loads(manifest.read_text())['collection_info']['version'] == version, name
+
+
 def test_roles_requirements_install_nothing(tmp_path):
     assert _yaml('roles/requirements.yml') == {'roles': []}
     proc = _run([str(BIN / 'ansible-galaxy'), 'role', 'install', '-r', 'roles/requirements.yml', '-p', str(tmp_path)])
@@ -129,12 +146,7 @@ def test_job_templates_are_the_four_playbooks(rendered):
     assert sorted(_templates(rendered)) == ['remediate', 'rolling_update', 'site', 'verify']
 
 
-@pytest.mark.parametrize('playbook', [
-    'site', 'verify', 'rolling_update',
-    pytest.param('remediate', marks=pytest.mark.xfail(
-        strict=True, reason='playbooks/remediate.yml (issue 9, remediation part) is not in the repository yet; '
-                            'drop this mark when it lands')),
-])
+@pytest.mark.parametrize('playbook', ['site', 'verify', 'rolling_update', 'remediate'])
 def test_job_template_playbook_exists(rendered, playbook):
     assert (REPO / _templates(rendered)[playbook]['playbook']).is_file()
 
