@@ -5,10 +5,15 @@ Runs against real systemd containers over real SSH; needs root and a Docker engi
 sets both up). KEEP_LAB=1 leaves the lab running afterwards.
 """
 
+import base64
+import http.client
 import json
 import os
 import re
+import signal
+import ssl
 import subprocess
+import tarfile
 import sys
 import time
 import urllib.parse
@@ -16,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -23,6 +29,15 @@ VAULT = ["--vault-password-file", ".lab/vault-pass", "-e", "@.lab/secrets.vault.
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 REPORT = ROOT / "reports" / "readiness.json"
 PROMETHEUS = "http://198.18.0.41:9090"  # mon-1 in inventories/lab/hosts.yml
+LB = "198.18.0.31"  # lb-1; nginx's server name is the host name
+ALL_HOSTS = ["gpu-a1", "gpu-a2", "gpu-a3", "gpu-b1", "gpu-b2", "gpu-b3", "lb-1", "mon-1"]
+# What a dry run must leave as it found it on a node: packages, files under the configuration and state
+# directories (the simulator's GPU state and the BMC's cap included), enabled and running units.
+SNAPSHOT = (r"dpkg-query -W -f '${Package} ${Version} ${Status}\n'; "
+            r"find /etc /opt /srv /usr/local /var/lib/gpusim /var/lib/labbmc /var/lib/inference-runtime -xdev "
+            r"-type f -exec sha256sum {} + 2>/dev/null | sort -k2; "
+            r"systemctl list-unit-files --no-legend --state=enabled,masked; "
+            r"systemctl list-units --no-legend --plain --state=active --type=service | cut -d' ' -f1")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root and a Docker engine")
 
@@ -64,6 +79,8 @@ def lab():
     playbook("playbooks/lab/up.yml")
     playbook("playbooks/lab/simulator.yml")
     playbook("playbooks/lab/apt_repo.yml")
+    playbook("playbooks/lab/bmc.yml")
+    playbook("playbooks/lab/models.yml")
     yield
     if os.environ.get("KEEP_LAB") != "1":
         run("scripts/lab-down.sh", check=False)
@@ -72,7 +89,80 @@ def lab():
 GPU_NODES = ["gpu-a1", "gpu-a2", "gpu-a3", "gpu-b1", "gpu-b2", "gpu-b3"]
 
 
-def test_site_converges_and_every_node_is_ready(lab):
+def snapshot(host):
+    return subprocess.run(["docker", "exec", "gpulab-" + host, "sh", "-c", SNAPSHOT],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_check_diff_on_a_fresh_lab_changes_nothing(lab):
+    """Before anything converged: the dry run of the whole site goes through every play without a failure,
+    shows its diffs, and leaves every node and the controller as they were."""
+    assert not REPORT.exists()
+    before = {h: snapshot(h) for h in ALL_HOSTS}
+    rc, out = playbook("playbooks/site.yml", "--check", "--diff")
+    hosts = recap(out)
+    assert set(hosts) >= set(ALL_HOSTS), hosts
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
+    assert all(hosts[n]["changed"] > 0 for n in GPU_NODES), hosts  # a fresh node has everything to do
+    assert "+++ after: /etc/nccl.conf" in out or "after: /etc/nccl.conf" in out, "no diff of /etc/nccl.conf"
+    for host in ALL_HOSTS:
+        after = snapshot(host)
+        assert after == before[host], (host, sorted(set(after.splitlines()) ^ set(before[host].splitlines()))[:20])
+    assert not REPORT.exists()
+
+
+def bmc_secrets():
+    rc, out = run(str(BIN / "ansible-vault"), "view", "--vault-password-file", ".lab/vault-pass",
+                  ".lab/secrets.vault.yml")
+    return yaml.safe_load(out)
+
+
+def redfish(host, path, auth):
+    """GET a lab BMC resource over HTTPS, verified against the certificate bmc.yml fetched."""
+    ctx = ssl.create_default_context(cafile=str(ROOT / ".lab" / "bmc-ca" / ("%s.crt" % host)))
+    ctx.check_hostname = False  # the certificate names the BMC's address; urllib is given the same address
+    req = urllib.request.Request("https://%s:8443%s" % (ANSIBLE_HOSTS[host], path))
+    req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+        return json.load(resp)
+
+
+ANSIBLE_HOSTS = {"gpu-a1": "198.18.0.11", "gpu-a2": "198.18.0.12", "gpu-a3": "198.18.0.13",
+                 "gpu-b1": "198.18.0.21", "gpu-b2": "198.18.0.22", "gpu-b3": "198.18.0.23"}
+
+
+def lb_ca(tmp_path):
+    ca = tmp_path / "lab-ca.crt"
+    ca.write_text(subprocess.run(["docker", "exec", "gpulab-lb-1", "cat", "/etc/nginx/tls/lab-ca.crt"],
+                                 capture_output=True, text=True, check=True).stdout)
+    return ca
+
+
+def complete(ca, prompt="hi", tls=ssl.TLSVersion.TLSv1_3):
+    """One completion through the load balancer, verified against the lab CA; returns (status, answer, TLS)."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = False  # the certificate names lb-1; we connect to its address and send Host: lb-1
+    ctx.minimum_version = ctx.maximum_version = tls
+    conn = http.client.HTTPSConnection(LB, 443, context=ctx, timeout=10)
+    try:
+        body = json.dumps({"model": "lab-tiny", "prompt": prompt, "max_tokens": 3})
+        conn.request("POST", "/v1/completions", body=body, headers={"Host": "lb-1", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}"), conn.sock.version()
+    finally:
+        conn.close()
+
+
+def lb_backends():
+    """{node: 'serving' | 'down'} from the load balancer's upstream files."""
+    out = subprocess.run(["docker", "exec", "gpulab-lb-1", "sh", "-c",
+                          "grep -H '^server' /etc/nginx/inference-backends/*.conf"],
+                         capture_output=True, text=True, check=True).stdout
+    return {Path(line.split(":", 1)[0]).stem: ("down" if line.rstrip().endswith(" down;") else "serving")
+            for line in out.splitlines()}
+
+
+def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     rc, out = playbook("playbooks/site.yml")
     hosts = recap(out)
     assert set(GPU_NODES) <= set(hosts), out[-3000:]
@@ -98,12 +188,90 @@ def test_site_converges_and_every_node_is_ready(lab):
     rc, out = run(str(BIN / "ansible"), "gpu_nodes", *VAULT, "-m", "ansible.builtin.command",
                   "-a", "systemctl is-enabled gpu-power-settings.service")
     assert len(re.findall(r"^gpu-\w+ \| CHANGED \| rc=0 >>\nenabled$", out, re.M)) == 6, out
+    # bmc_power capped every node through its lab BMC at the rack budget's even share (24000/3, 18000/3 W):
+    # read back over HTTPS with the fetched certificate, in the Controls and the Power schema alike.
+    secrets = bmc_secrets()
+    auth = "%s:%s" % (secrets["bmc_username"], secrets["bmc_password"])
+    for node in GPU_NODES:
+        chassis = redfish(node, "/redfish/v1/Chassis", auth)["Members"][0]["@odata.id"]
+        control = redfish(node, chassis + "/Controls/PowerLimit", auth)
+        power = redfish(node, chassis + "/Power", auth)
+        want = 8000 if node.startswith("gpu-a") else 6000
+        assert control["SetPoint"] == want, (node, control)
+        assert power["PowerControl"][0]["PowerLimit"]["LimitInWatts"] == want, (node, power)
+    # The inference runtime serves on every node behind the load balancer, over TLS 1.3 only.
+    assert lb_backends() == {n: "serving" for n in GPU_NODES}
+    ca = lb_ca(tmp_path)
+    status, answer, tls = complete(ca)
+    assert status == 200 and answer["model"] == "lab-tiny" and answer["system_fingerprint"] == "1.0.0", answer
+    assert tls == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        complete(ca, tls=ssl.TLSVersion.TLSv1_2)
 
 
-def test_site_rerun_changes_nothing(lab):
-    rc, out = playbook("playbooks/site.yml")
+def on_gpu_nodes(cmd):
+    for node in GPU_NODES:
+        subprocess.run(["docker", "exec", "gpulab-" + node, "sh", "-c", cmd], check=True)
+
+
+def test_a_run_interrupted_mid_play_converges_on_rerun(lab):
+    """Ctrl-C in the middle of the RDMA play, after it rewrote some of what drifted and before it wrote
+    /etc/nccl.conf: the same command run again converges every node."""
+    on_gpu_nodes("rm -f /etc/nccl.conf /etc/modules-load.d/rdma.conf")
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml", "--tags", "rdma"],
+                            cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, interrupted = [], False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not interrupted and line.startswith("TASK [rdma_roce : Write the systemd-networkd rail files]"):
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines)
+    assert interrupted and rc != 0, out[-3000:]
+    assert "PLAY RECAP" not in out, out[-3000:]
+    missing = subprocess.run(["docker", "exec", "gpulab-gpu-a1", "test", "-e", "/etc/nccl.conf"]).returncode
+    assert missing != 0, "the interrupted run got as far as /etc/nccl.conf"
+    rc, out = playbook("playbooks/site.yml", "--tags", "rdma")
     hosts = recap(out)
-    assert hosts and all(h["changed"] == 0 for h in hosts.values()), hosts
+    assert all(hosts[n]["failed"] == 0 and hosts[n]["changed"] > 0 for n in GPU_NODES), hosts
+    on_gpu_nodes("grep -q '^NCCL_IB_HCA=' /etc/nccl.conf && test -s /etc/modules-load.d/rdma.conf")
+
+
+def ansible_runner(tmp_path, play, ident, *args):
+    """Run a playbook the way AWX does, through ansible-runner's private_data_dir (env/ in, artifacts/ out);
+    returns the artifacts' status and rc, the job events in order, and stdout."""
+    pdd = tmp_path / "private_data_dir"
+    (pdd / "env").mkdir(parents=True, exist_ok=True)
+    (pdd / "env" / "envvars").write_text(yaml.safe_dump({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                                                         "ANSIBLE_FORCE_COLOR": "0"}))
+    (pdd / "env" / "cmdline").write_text(" ".join(
+        ["--vault-password-file", str(ROOT / ".lab" / "vault-pass"), "-e", "@%s" % (ROOT / ".lab" / "secrets.vault.yml"),
+         *args]))
+    rc, out = run(str(BIN / "ansible-runner"), "run", str(pdd), "--project-dir", str(ROOT), "-p", play,
+                  "--inventory", str(ROOT / "inventories" / "lab"), "--ident", ident, check=False)
+    art = pdd / "artifacts" / ident
+    events = sorted((json.loads(p.read_text()) for p in (art / "job_events").glob("*.json")),
+                    key=lambda e: e["counter"])
+    return (art / "status").read_text().strip(), int((art / "rc").read_text()), events, out
+
+
+def test_site_rerun_through_ansible_runner_changes_nothing(lab, tmp_path):
+    status, rc, events, out = ansible_runner(tmp_path, "playbooks/site.yml", "site-rerun")
+    assert (status, rc) == ("successful", 0), out[-3000:]
+    stats = [e for e in events if e["event"] == "playbook_on_stats"]
+    assert len(stats) == 1, [e["event"] for e in events][-5:]
+    data = stats[0]["event_data"]
+    assert set(data["ok"]) >= set(ALL_HOSTS), data["ok"]
+    assert data["changed"] == {} and data["failures"] == {} and data["dark"] == {}, data
+    assert not [e for e in events if e["event"] in ("runner_on_failed", "runner_on_unreachable")
+                and not e["event_data"].get("ignore_errors")]
+    # every task of every play reached each GPU node: the readiness table came out as an event
+    assert any("6 of 6 nodes ready" in e.get("stdout", "") for e in events)
 
 
 def test_check_diff_changes_nothing(lab):
@@ -113,7 +281,8 @@ def test_check_diff_changes_nothing(lab):
 
 
 def test_lab_up_rerun_changes_nothing(lab):
-    for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml", "playbooks/lab/apt_repo.yml"):
+    for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml", "playbooks/lab/apt_repo.yml",
+                 "playbooks/lab/bmc.yml", "playbooks/lab/models.yml"):
         rc, out = playbook(play)
         hosts = recap(out)
         assert hosts and all(h["changed"] == 0 for h in hosts.values()), (play, hosts)
@@ -345,3 +514,124 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
             assert gate["cmd"][8:12] == ["--mca", "oob_tcp_if_include", "198.18.1.0/24", "--mca"], gate["cmd"]
     b3 = rows["gpu-b3"]["gates"]["nccl_multi_node"]
     assert b3["status"] == "skip" and "only node of profile pcie-l40s-4gpu" in b3["reasons"][0], b3
+
+
+def comparable(row):
+    """A readiness row without what a slice cannot share with a whole run (the fabric peers it pinged)."""
+    return {"ready": row["ready"], "node": row["node"], "rack": row["rack"],
+            "columns": {c: v for c, v in row["columns"].items() if c != "fabric"},
+            "fabric": row["columns"]["fabric"]["status"]}
+
+
+def test_verify_as_two_job_slices_matches_one_run(lab, tmp_path):
+    """AWX job slicing splits the inventory's hosts round robin over the slices; each slice is its own job
+    with its own report. Two slices give the same per-node results as one run, faults included."""
+    set_faults("gpu-a2", {"nvlink_inactive": [{"gpu": 2, "links": [5]}]})
+    set_faults("gpu-b1", {"ecc_uncorrectable": [{"gpu": 1, "count": 4}]})
+    try:
+        status, rc, events, out = ansible_runner(tmp_path, "playbooks/verify.yml", "verify-whole",
+                                                 "-e", "readiness_report_dir=%s" % (tmp_path / "whole"))
+        assert status == "failed" and rc != 0, out[-2000:]  # two nodes are not ready
+        failed = {e["event_data"]["host"] for e in events if e["event"] == "runner_on_failed"}
+        assert failed == {"localhost"}, failed  # only the report's gate fails; no node's play does
+        whole = json.loads((tmp_path / "whole" / "readiness.json").read_text())
+        assert whole["not_ready"] == ["gpu-a2", "gpu-b1"], whole["not_ready"]
+        slices = [GPU_NODES[0::2], GPU_NODES[1::2]]
+        sliced = {}
+        for i, hosts in enumerate(slices):
+            playbook("playbooks/verify.yml", "-l", ",".join(hosts + ["localhost"]),
+                     "-e", "readiness_report_dir=%s" % (tmp_path / ("slice%d" % i)), check=False)
+            rows = json.loads((tmp_path / ("slice%d" % i) / "readiness.json").read_text())["nodes"]
+            assert sorted(r["node"] for r in rows) == sorted(hosts), rows
+            sliced.update({r["node"]: r for r in rows})
+        assert {n: comparable(r) for n, r in sliced.items()} == \
+            {r["node"]: comparable(r) for r in whole["nodes"]}
+    finally:
+        set_faults("gpu-a2", {})
+        set_faults("gpu-b1", {})
+
+
+def test_remediate_quarantines_collects_and_returns_only_healthy_nodes(lab, tmp_path):
+    diagnostics = ROOT / "reports" / "diagnostics"
+    before = set(diagnostics.glob("*.tar.gz")) if diagnostics.exists() else set()
+    set_faults("gpu-b2", {"xid": [{"gpu": 4, "code": 79}]})
+    try:
+        rc, out = playbook("playbooks/remediate.yml", check=False)
+        assert rc != 0, out[-3000:]
+        hosts = recap(out)
+        assert hosts["gpu-b2"]["failed"] == 1, hosts
+        assert all(hosts[n]["changed"] == 0 and hosts[n]["failed"] == 0 for n in GPU_NODES if n != "gpu-b2"), hosts
+        summary = out.split("FAILED HOSTS")[1]
+        assert re.search(r"^gpu-b2: failed in play 'Summarize the remediation', task '[^']+': gpu-b2: STILL FAILING, "
+                         r"quarantined: xid: GPU4 xid", summary, re.M), summary
+        assert lb_backends() == {n: "down" if n == "gpu-b2" else "serving" for n in GPU_NODES}
+        bundles = set(diagnostics.glob("gpu-b2-*.tar.gz")) - before
+        assert len(bundles) == 1, bundles
+        with tarfile.open(bundles.pop()) as tar:
+            manifest = json.load(tar.extractfile("manifest.json"))
+            smi = tar.extractfile("nvidia-smi-q.txt").read().decode()
+            verify = json.load(tar.extractfile("node_verify.json"))
+            dmesg = tar.extractfile("dmesg.txt").read().decode()
+        assert manifest["node"] == "gpu-b2"
+        files = {f["file"]: f for f in manifest["files"]}
+        assert files["nvidia-smi-q.txt"]["rc"] == 0 and "Attached GPUs                             : 8" in smi
+        assert files["nvidia-bug-report.log.gz"]["error"] == "nvidia-bug-report.sh not found"
+        assert "NVRM: Xid" in dmesg and ": 79," in dmesg
+        assert any("GPU4 xid" in r for r in verify["row"]["reasons"]), verify["row"]
+        # The next site run keeps the quarantined node out although its engine answers.
+        playbook("playbooks/inference.yml", "-l", "lb")
+        assert lb_backends()["gpu-b2"] == "down"
+    finally:
+        set_faults("gpu-b2", {})
+    rc, out = playbook("playbooks/remediate.yml")
+    assert "gpu-b2: healthy, quarantine lifted, serving again" in out
+    assert lb_backends() == {n: "serving" for n in GPU_NODES}
+    status, answer, tls = complete(lb_ca(tmp_path))
+    assert status == 200, answer
+
+
+# A new rack with one new node, added to the running lab from a second inventory source.
+SCALE_OUT = """\
+all:
+  children:
+    gpu_nodes:
+      children:
+        rack_c:
+          vars: {rack_power_budget_watts: 6000}
+          hosts:
+            gpu-c1: {ansible_host: 198.18.0.24, node_index: 6, hardware_profile: pcie-l40s-4gpu}
+"""
+
+
+def test_scale_out_adds_a_node_without_touching_the_others(lab, tmp_path):
+    inventory = tmp_path / "scale_out.yml"
+    inventory.write_text(SCALE_OUT)
+    both = ["-i", "inventories/lab", "-i", str(inventory)]
+    ANSIBLE_HOSTS["gpu-c1"] = "198.18.0.24"
+    try:
+        # The new machine as it arrives: a container, its simulated GPUs, the repository mirror, its BMC.
+        for play in ("up.yml", "simulator.yml", "apt_repo.yml", "bmc.yml", "models.yml"):
+            playbook("playbooks/lab/" + play, *both, "-l", "gpu-c1,localhost")
+        rc, out = playbook("playbooks/scale_out.yml", *both, "-e", "scale_out_hosts=gpu-c1")
+        hosts = recap(out)
+        assert hosts["gpu-c1"]["failed"] == 0 and hosts["gpu-c1"]["changed"] > 0, hosts
+        # Healthy nodes: read by preflight, nothing changed.
+        assert all(hosts[n]["changed"] == 0 and hosts[n]["failed"] == 0 for n in GPU_NODES), hosts
+        assert hosts["lb-1"]["changed"] > 0 and hosts["mon-1"]["changed"] > 0, hosts
+        rows = report()
+        assert list(rows) == ["gpu-c1"] and rows["gpu-c1"]["ready"], rows
+        assert lb_backends() == {n: "serving" for n in GPU_NODES + ["gpu-c1"]}
+        status, answer, tls = complete(lb_ca(tmp_path))
+        assert status == 200, answer
+        secrets = bmc_secrets()
+        auth = "%s:%s" % (secrets["bmc_username"], secrets["bmc_password"])
+        chassis = redfish("gpu-c1", "/redfish/v1/Chassis", auth)["Members"][0]["@odata.id"]
+        assert redfish("gpu-c1", chassis + "/Controls/PowerLimit", auth)["SetPoint"] == 6000
+        up = wait_for('up{job="node",node="gpu-c1"}', lambda r: len(r) == 1 and r[0]["value"][1] == "1")
+        assert [(r["metric"]["rack"], r["value"][1]) for r in up] == [("rack_c", "1")], up
+    finally:
+        ANSIBLE_HOSTS.pop("gpu-c1")
+        subprocess.run(["docker", "rm", "-f", "gpulab-gpu-c1"], capture_output=True)
+        # Back to the lab's inventory: the load balancer and Prometheus forget the node again.
+        playbook("playbooks/inference.yml", "-l", "lb", check=False)
+        playbook("playbooks/monitoring.yml", "-l", "monitoring", check=False)
