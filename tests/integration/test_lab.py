@@ -604,7 +604,9 @@ all:
 
 
 def test_scale_out_adds_a_node_without_touching_the_others(lab, tmp_path):
-    inventory = tmp_path / "scale_out.yml"
+    # Two levels below the repository, like inventories/lab: the lab's group_vars find .lab/ from inventory_dir.
+    inventory = ROOT / ".lab" / "scale_out" / "hosts.yml"
+    inventory.parent.mkdir(parents=True, exist_ok=True)
     inventory.write_text(SCALE_OUT)
     both = ["-i", "inventories/lab", "-i", str(inventory)]
     ANSIBLE_HOSTS["gpu-c1"] = "198.18.0.24"
@@ -631,6 +633,7 @@ def test_scale_out_adds_a_node_without_touching_the_others(lab, tmp_path):
         assert [(r["metric"]["rack"], r["value"][1]) for r in up] == [("rack_c", "1")], up
     finally:
         ANSIBLE_HOSTS.pop("gpu-c1")
+        inventory.unlink()
         subprocess.run(["docker", "rm", "-f", "gpulab-gpu-c1"], capture_output=True)
         # Back to the lab's inventory: the load balancer and Prometheus forget the node again.
         playbook("playbooks/inference.yml", "-l", "lb", check=False)
