@@ -215,3 +215,32 @@ def test_bad_input_is_rejected_naming_host_and_variable(tmp_path, role, variable
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "localhost: " + message in re.sub(r"\s+", " ", proc.stdout), proc.stdout[-3000:]
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-1500:]
+
+
+def render_var(name, **overrides):
+    from ansible.plugins.loader import filter_loader
+    filter_loader.add_directory(str(REPO / "filter_plugins"))
+    loader, variables = _vars(**overrides)
+    return Templar(loader=loader, variables=variables).template(trust_as_template("{{ %s }}" % name))
+
+
+sys.path.insert(0, str(REPO / "filter_plugins"))
+import inference as inference_filters  # noqa: E402  (filter_plugins is not a package)
+
+
+def test_model_files_are_checksummed_by_one_find_per_directory():
+    """find matches file names against one pattern; its results are looked up by path relative to the model."""
+    files = {"config.json": "a" * 64, "weights/model-00001-of-00002.safetensors": "b" * 64,
+             "weights/model-00002-of-00002.safetensors": "c" * 64, "tokenizer/config.json": "d" * 64}
+    pattern = re.compile(render_var("_inference_runtime_model_file_pattern", inference_runtime_model_files=files))
+    assert all(pattern.match(name) for name in ("config.json", "model-00002-of-00002.safetensors"))
+    assert not any(pattern.match(name) for name in ("config.json.bak", "model-00003-of-00002.safetensors", "x"))
+    found = {"files": [{"path": "/srv/m/config.json", "checksum": "a" * 64},
+                       {"path": "/srv/m/weights/model-00001-of-00002.safetensors", "checksum": "b" * 64},
+                       {"path": "/srv/m/weights"}]}
+    expected = {"config.json": "a" * 64, "weights/model-00001-of-00002.safetensors": "b" * 64}
+    assert inference_filters.inference_model_checksums(found, "/srv/m") == expected
+    assert inference_filters.inference_model_checksums(found, "/srv/m/") == expected
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="expected an ansible.builtin.find result"):
+        inference_filters.inference_model_checksums({"skipped": True}, "/srv/m")
