@@ -1,8 +1,154 @@
-"""Inference filters: the checksums of the staged model files, read from one ansible.builtin.find result."""
+"""Inference filters: the Triton model configuration carrying the inference_runtime batching settings, and
+the checksums of the staged model files.
 
+`triton_model_config` takes the text of a model's `config.pbtxt` (protobuf text format, as staged from shared
+storage) and returns it with `max_batch_size`, the `dynamic_batching` preferred batch size and queue delay, and
+the given string `parameters` (TensorRT-LLM reads `kv_cache_free_gpu_mem_fraction` there) set to the given
+values; every other field, comment and input/output is kept as written. The fields may hold TensorRT-LLM's
+`fill_template.py` placeholders (`${triton_max_batch_size}`) or numbers: both are replaced. The role writes the
+result to `<model>/configs/<name>.pbtxt`, which `tritonserver --model-config-name=<name>` loads instead of
+`config.pbtxt`. `inference_model_checksums` maps one ansible.builtin.find result to {relative path: checksum}.
+"""
+
+import json
 import os
+import re
 
 from ansible.errors import AnsibleFilterError
+
+_VALUE = r"(?:-?\d+|\$\{[A-Za-z0-9_]+\})"
+
+
+def _scan(text, what):
+    """Per character: the nesting depth ({ and [) and whether it is code (not in a string or a comment); and
+    for each opening brace or bracket, the index of its closing one. A ${placeholder} is one token."""
+    depths, code, closes, stack = [], [], {}, []
+    quote, comment, escaped, placeholder = None, False, False, False
+    for i, char in enumerate(text):
+        is_code = False
+        if comment:
+            comment = char != "\n"
+        elif quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif placeholder:
+            is_code, placeholder = True, char != "}"
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            comment = True
+        else:
+            is_code = True
+            if char == "$" and text[i + 1:i + 2] == "{":
+                placeholder = True
+            elif char in "}]":
+                if not stack or text[stack[-1]] != "{["["}]".index(char)]:
+                    raise AnsibleFilterError("%s: unbalanced '%s' at offset %d" % (what, char, i))
+                closes[stack.pop()] = i
+        depths.append(len(stack))
+        code.append(is_code)
+        if is_code and not placeholder and char in "{[":
+            stack.append(i)
+    if quote or stack or placeholder:
+        raise AnsibleFilterError("%s: unterminated %s" % (what, "string" if quote else "'{' or '['"))
+    return depths, code, closes
+
+
+def _fields(text, depths, code, pattern, depth, start=0, end=None):
+    """Matches of pattern that begin in code at the given depth, within [start, end)."""
+    end = len(text) if end is None else end
+    return [m for m in re.finditer(pattern, text[:end]) if m.start() >= start
+            and code[m.start()] and depths[m.start()] == depth]
+
+
+def _field_at_top(text, depths, code, name):
+    return _fields(text, depths, code, r"(?<![A-Za-z0-9_])%s\s*:?\s*[{\[]" % name, 0)
+
+
+def _parameter(key, value):
+    return 'parameters: {\n  key: %s\n  value: {\n    string_value: %s\n  }\n}' % (json.dumps(key), json.dumps(value))
+
+
+def triton_model_config(text, max_batch_size, max_queue_delay_microseconds, parameters=None, path="config.pbtxt"):
+    """text (config.pbtxt) with the batch size, the dynamic batcher and the string parameters set."""
+    what = "triton_model_config(%s)" % path
+    if not isinstance(text, str) or not text.strip():
+        raise AnsibleFilterError("%s: the model configuration is empty" % what)
+    try:
+        batch, delay = int(max_batch_size), int(max_queue_delay_microseconds)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("%s: max_batch_size=%r and max_queue_delay_microseconds=%r must be integers"
+                                 % (what, max_batch_size, max_queue_delay_microseconds))
+    if batch < 1 or delay < 0:
+        raise AnsibleFilterError("%s: max_batch_size=%d must be at least 1 and max_queue_delay_microseconds=%d "
+                                 "not negative" % (what, batch, delay))
+    depths, code, closes = _scan(text, what)
+    for scheduler, why in (("sequence_batching", "a sequence batcher, not the dynamic batcher"),
+                           ("ensemble_scheduling", "an ensemble: set the batching on the models it composes")):
+        if _field_at_top(text, depths, code, scheduler):
+            raise AnsibleFilterError("%s: the model is %s" % (what, why))
+    sizes = _fields(text, depths, code, r"(?<![A-Za-z0-9_])max_batch_size\s*:\s*(%s)" % _VALUE, 0)
+    if len(sizes) != 1:
+        raise AnsibleFilterError("%s: expected one max_batch_size field, found %d" % (what, len(sizes)))
+    if sizes[0].group(1) in ("0", "-0"):
+        raise AnsibleFilterError("%s: max_batch_size: 0 means the model does not batch; batching settings need a "
+                                 "model built for a batch dimension" % what)
+
+    # Edits from the end of the text backwards, so earlier offsets stay valid.
+    edits = [(sizes[0].start(1), sizes[0].end(1), str(batch))]
+    batcher = "preferred_batch_size: [ %d ]\n  max_queue_delay_microseconds: %d" % (batch, delay)
+    blocks = _field_at_top(text, depths, code, "dynamic_batching")
+    if len(blocks) > 1:
+        raise AnsibleFilterError("%s: more than one dynamic_batching block" % what)
+    if blocks:
+        opening = blocks[0].end() - 1
+        closing = closes[opening]
+        inner = text[opening + 1:closing]
+        for field in reversed(_fields(text, depths, code,
+                                      r"[ \t]*(?<![A-Za-z0-9_])(?:preferred_batch_size\s*:\s*(?:\[[^\]]*\]|%s)"
+                                      r"|max_queue_delay_microseconds\s*:\s*%s)[ \t]*\n?" % (_VALUE, _VALUE),
+                                      depths[opening] + 1, opening, closing)):
+            start, end = field.start() - opening - 1, field.end() - opening - 1
+            inner = inner[:start] + inner[end:]
+        kept = inner.rstrip()
+        edits.append((opening + 1, closing, "\n  %s%s\n" % (batcher, kept if kept.strip() else "")))
+    else:
+        line_end = text.find("\n", sizes[0].end())
+        line_end = len(text) if line_end < 0 else line_end
+        edits.append((line_end, line_end, "\n\ndynamic_batching {\n  %s\n}" % batcher))
+
+    appended = []
+    for key, value in sorted((parameters or {}).items()):
+        key, value = str(key), str(value)
+        found = False
+        for block in _field_at_top(text, depths, code, "parameters"):
+            opening = block.end() - 1
+            end = closes[opening] + 1
+            keys = _fields(text, depths, code, r'(?<![A-Za-z0-9_])key\s*:\s*"([^"]*)"', depths[opening] + 1,
+                           opening, end)
+            if keys and keys[0].group(1) == key:
+                edits.append((block.start(), end, _parameter(key, value)))
+                found = True
+        if not found:
+            appended.append(_parameter(key, value))
+
+    result = text
+    for start, end, new in sorted(edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
+        result = result[:start] + new + result[end:]
+    if appended:
+        result = result.rstrip("\n") + "\n\n" + "\n".join(appended) + "\n"
+    _, code = _scan(result, what)[:2]
+    left = sorted({m.group(0) for m in re.finditer(r"\$\{[A-Za-z0-9_]+\}", result) if code[m.start()]})
+    if left:
+        raise AnsibleFilterError("%s: %s left unfilled (Triton cannot parse a placeholder as a field value); only "
+                                 "max_batch_size, the dynamic batcher and the parameters %s are set here: fill the "
+                                 "others in the staged file (TensorRT-LLM's fill_template.py)"
+                                 % (what, ", ".join(left), ", ".join(sorted(parameters or {})) or "(none)"))
+    return result
 
 
 def inference_model_checksums(find_result, root):
@@ -16,4 +162,4 @@ def inference_model_checksums(find_result, root):
 
 class FilterModule(object):
     def filters(self):
-        return {"inference_model_checksums": inference_model_checksums}
+        return {"triton_model_config": triton_model_config, "inference_model_checksums": inference_model_checksums}

@@ -3,6 +3,7 @@ runtime, --ipc=host, memlock/stack ulimits, the NCCL env file, the common settin
 own flags), the lab engine runs under the same unit name; documentation agrees with the argument specs; bad
 input is rejected naming the host and the variable."""
 
+import base64
 import json
 import os
 import re
@@ -187,6 +188,8 @@ BAD_INPUT = [
     ("inference_runtime", {"hardware_profile": "hgx-x999"}, "hardware_profile=hgx-x999 is not a key of hardware_profiles"),
     ("inference_runtime", {"inference_runtime_gpu_memory_fraction": 1.5},
      "inference_runtime_gpu_memory_fraction=1.5 is outside (0, 1]"),
+    ("inference_runtime", {"inference_runtime_engine": "triton"},
+     "inference_runtime_model_files has no config.pbtxt: the triton engine renders its batching settings"),
     ("inference_lb", {"inference_lb_backends": ["localhost"]},
      "inference_lb_allowed_networks is empty: list the internal client networks"),
     ("inference_lb", {"inference_lb_backends": ["localhost"], "inference_lb_allowed_networks": ["10.0.0.0/8", "vip"],
@@ -217,6 +220,41 @@ def test_bad_input_is_rejected_naming_host_and_variable(tmp_path, role, variable
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-1500:]
 
 
+# Triton: the staged config.pbtxt (here a TensorRT-LLM model with fill_template.py placeholders) is written again
+# with the common batching settings to configs/inference-runtime.pbtxt, which --model-config-name selects.
+TRITON_CONFIG = """name: "llama-70b"
+backend: "tensorrtllm"
+max_batch_size: ${triton_max_batch_size}
+
+model_transaction_policy {
+  decoupled: true
+}
+
+dynamic_batching {
+  preferred_batch_size: [ ${triton_max_batch_size} ]
+  max_queue_delay_microseconds: ${max_queue_delay_microseconds}
+  default_queue_policy { max_queue_size: 512 }
+}
+
+input [
+  { name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true },
+  { name: "input_lengths" data_type: TYPE_INT32 dims: [ 1 ] reshape: { shape: [ ] } }
+]
+output [
+  { name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }
+]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters: {
+  key: "gpt_model_path"
+  value: { string_value: "/models/llama-70b/1" }
+}
+parameters: {
+  key: "kv_cache_free_gpu_mem_fraction"
+  value: { string_value: "${kv_cache_free_gpu_mem_fraction}" }
+}
+"""
+
+
 def render_var(name, **overrides):
     from ansible.plugins.loader import filter_loader
     filter_loader.add_directory(str(REPO / "filter_plugins"))
@@ -224,8 +262,98 @@ def render_var(name, **overrides):
     return Templar(loader=loader, variables=variables).template(trust_as_template("{{ %s }}" % name))
 
 
+def _staged(text):
+    return {"content": base64.b64encode(text.encode()).decode()}
+
+
+def _top_fields(config):
+    """name -> value of the fields outside every block (protobuf text format, one field per line)."""
+    depth, fields = 0, {}
+    for line in config.splitlines():
+        if depth == 0 and re.match(r"^\w+\s*:\s*[^{\[]", line):
+            key, value = line.split(":", 1)
+            fields.setdefault(key.strip(), []).append(value.strip())
+        depth += line.count("{") + line.count("[") - line.count("}") - line.count("]")
+    return fields
+
+
+def _block(config, name):
+    match = re.search(r"(?m)^%s\s*:?\s*\{(.*?)^\}" % name, config, re.S)
+    assert match, (name, config)
+    return match.group(1)
+
+
+def test_triton_loads_the_rendered_model_config():
+    argv = exec_start(render_unit(inference_runtime_engine="triton"))
+    assert flag(argv, "--model-config-name") == "inference-runtime"
+    # Triton looks for <model directory>/configs/<name>.pbtxt; the model directory is the staged one
+    assert render_var("_inference_runtime_triton_config", inference_runtime_engine="triton") == \
+        "/var/lib/inference-runtime/models/llama-70b/configs/inference-runtime.pbtxt"
+
+
+def test_triton_model_config_carries_the_batching_settings():
+    config = render_var("_inference_runtime_triton_model_config", inference_runtime_engine="triton",
+                        inference_runtime_max_batch_size=64, inference_runtime_batch_timeout_ms=100,
+                        inference_runtime_gpu_memory_fraction=0.85,
+                        __inference_runtime_triton_staged=_staged(TRITON_CONFIG))
+    assert _top_fields(config)["max_batch_size"] == ["64"]
+    batcher = _block(config, "dynamic_batching")
+    assert re.findall(r"preferred_batch_size\s*:\s*\[([^\]]*)\]", batcher) == [" 64 "]
+    assert re.findall(r"max_queue_delay_microseconds\s*:\s*(\S+)", batcher) == ["100000"]   # 100 ms
+    assert "default_queue_policy { max_queue_size: 512 }" in batcher
+    assert re.search(r'key: "kv_cache_free_gpu_mem_fraction"\s*value: \{\s*string_value: "0.85"', config)
+    assert "${" not in config
+    # everything else as staged: inputs, outputs, instances, the engine path, the transaction policy
+    for kept in ('{ name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true }',
+                 'instance_group [ { count: 1 kind: KIND_CPU } ]', 'string_value: "/models/llama-70b/1"',
+                 "decoupled: true"):
+        assert kept in config
+
+
+def test_triton_defaults_are_the_guides_batching():
+    config = render_var("_inference_runtime_triton_model_config", inference_runtime_engine="triton",
+                        __inference_runtime_triton_staged=_staged(TRITON_CONFIG))
+    batcher = _block(config, "dynamic_batching")
+    assert _top_fields(config)["max_batch_size"] == ["256"]
+    assert "preferred_batch_size: [ 256 ]" in batcher and "max_queue_delay_microseconds: 100000" in batcher
+    assert 'string_value: "0.9"' in config
+
+
 sys.path.insert(0, str(REPO / "filter_plugins"))
 import inference as inference_filters  # noqa: E402  (filter_plugins is not a package)
+
+
+def test_triton_filter_replaces_numbers_and_adds_a_missing_batcher():
+    filled = 'name: "m"\nmax_batch_size: 8\ndynamic_batching {\n  preferred_batch_size: [ 2, 4 ]\n' \
+             '  max_queue_delay_microseconds: 500\n}\n'
+    out = inference_filters.triton_model_config(filled, 32, 100000)
+    assert _top_fields(out)["max_batch_size"] == ["32"]
+    assert re.findall(r"preferred_batch_size[^\n]*", out) == ["preferred_batch_size: [ 32 ]"]
+    assert re.findall(r"max_queue_delay_microseconds[^\n]*", out) == ["max_queue_delay_microseconds: 100000"]
+    bare = inference_filters.triton_model_config('name: "m"\nmax_batch_size: 8  # max_batch_size: 2\n', 16, 2000,
+                                                 {"batch_scheduler_policy": "max_utilization"})
+    assert _top_fields(bare)["max_batch_size"] == ["16  # max_batch_size: 2"]
+    assert "preferred_batch_size: [ 16 ]" in _block(bare, "dynamic_batching")
+    assert re.search(r'key: "batch_scheduler_policy"\s*value: \{\s*string_value: "max_utilization"', bare)
+    # idempotent: rendering the rendered configuration again changes nothing
+    assert inference_filters.triton_model_config(out, 32, 100000) == out
+
+
+@pytest.mark.parametrize("config,message", [
+    ('name: "m"\nmax_batch_size: 0\n', "max_batch_size: 0 means the model does not batch"),
+    ('name: "m"\n', "expected one max_batch_size field, found 0"),
+    ('max_batch_size: 8\nsequence_batching { }\n', "the model is a sequence batcher"),
+    ('max_batch_size: 8\nensemble_scheduling { step [ ] }\n', "the model is an ensemble"),
+    ('max_batch_size: 8\nmodel_transaction_policy { decoupled: ${decoupled_mode} }\n',
+     "${decoupled_mode} left unfilled"),
+    ('max_batch_size: 8\ninput [ { name: "x" }\n', "unterminated '{' or '['"),
+    ('', "the model configuration is empty"),
+])
+def test_triton_filter_rejects_what_it_cannot_batch(config, message):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError) as error:
+        inference_filters.triton_model_config(config, 16, 100000, path="/models/m/config.pbtxt")
+    assert "triton_model_config(/models/m/config.pbtxt): " in str(error.value) and message in str(error.value)
 
 
 def test_model_files_are_checksummed_by_one_find_per_directory():
