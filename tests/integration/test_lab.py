@@ -274,12 +274,6 @@ def test_site_rerun_through_ansible_runner_changes_nothing(lab, tmp_path):
     assert any("6 of 6 nodes ready" in e.get("stdout", "") for e in events)
 
 
-def test_check_diff_changes_nothing(lab):
-    rc, out = playbook("playbooks/site.yml", "--check", "--diff")
-    hosts = recap(out)
-    assert hosts and all(h["changed"] == 0 and h["failed"] == 0 for h in hosts.values()), hosts
-
-
 def test_lab_up_rerun_changes_nothing(lab):
     for play in ("playbooks/lab/up.yml", "playbooks/lab/simulator.yml", "playbooks/lab/apt_repo.yml",
                  "playbooks/lab/bmc.yml", "playbooks/lab/models.yml"):
