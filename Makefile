@@ -15,7 +15,7 @@ PLAYBOOK := $(BIN)/ansible-playbook $(LAB_VAULT)
 help:
 	@echo "make lab        bring up the lab (containers, simulator) and run site.yml"
 	@echo "make test       lint, unit tests, Molecule, integration (what CI runs)"
-	@echo "make bench      module call benchmarks against ansible.builtin.ping"
+	@echo "make bench      module calls against ping; site/verify on 4, 8, 16 nodes; SSH vs docker exec"
 	@echo "make lab-down   remove every container, network and key the lab created"
 
 setup:
@@ -39,7 +39,7 @@ lab-down:
 	@scripts/lab-down.sh
 
 lab-clean: lab-down
-	-docker image ls -q gpulab-node | sort -u | xargs -r docker image rm -f
+	-docker image ls -q --filter reference='gpulab-*' | sort -u | xargs -r docker image rm -f
 
 lint: setup
 	@scripts/stage.sh lint $(BIN)/yamllint -s .
@@ -58,6 +58,7 @@ integration: image
 test: setup
 	@scripts/stage.sh total $(MAKE) --no-print-directory lint unit molecule integration
 
-bench: lab-up
+bench: lab
 	@$(BIN)/python tests/bench/bench_parsers.py
 	@$(BIN)/python tests/bench/bench_modules.py
+	@$(BIN)/python tests/bench/bench_cluster.py

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""make bench: the converged re-run of site.yml, and verify.yml, on 4, 8 and 16 bench nodes; time per
+node-task and its growth against the smallest run; then SSH against the docker exec connection.
+
+The bench nodes are copies of the lab's converged nodes: gpu-a1, lb-1 and mon-1 are committed as images
+and started as bench-n01.., bench-lb and bench-mon (198.18.0.101.. on the lab's networks) from a
+generated inventory under .lab/bench/ that uses the lab's group_vars. Each size is converged once
+(untimed: the new copies take their own names, addresses and LB/Prometheus membership), then timed.
+A timed site.yml re-run that changes anything fails the benchmark. Needs the lab, converged (make lab).
+
+BENCH_SIZES="4 8 16" and BENCH_CONNECTION_NODES=4 choose the sizes; the bench containers stay until
+make lab-down.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+BENCH = ROOT / ".lab" / "bench"
+VAULT = ["--vault-password-file", ".lab/vault-pass", "-e", "@.lab/secrets.vault.yml"]
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+"
+                   r"skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
+# Copies of these lab hosts; one rack per 8 nodes, each node's even share of its rack as in rack_a.
+SOURCES = {"gpu": "gpu-a1", "lb": "lb-1", "mon": "mon-1"}
+NODES_PER_RACK = 8
+NODE_CAP_WATTS = 8000
+
+
+def docker(*args):
+    return subprocess.run(["docker"] + list(args), capture_output=True, text=True, check=True).stdout
+
+
+def env():
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+
+
+def inventory(size, connection="ssh"):
+    """A whole cluster of `size` GPU nodes, one LB and one monitoring host, in the lab's layout."""
+    def host(name, address, image, **extra):
+        vars_ = {"ansible_host": address, "lab_node_image": image}
+        if connection == "docker":
+            vars_.update(ansible_connection="community.docker.docker", ansible_docker_host="gpulab-" + name)
+        vars_.update(extra)
+        return vars_
+
+    racks = {}
+    for i in range(size):
+        rack = "rack_bench%d" % (i // NODES_PER_RACK + 1)
+        name = "bench-n%02d" % (i + 1)
+        racks.setdefault(rack, {"hosts": {}, "vars": {}})["hosts"][name] = host(
+            name, "198.18.0.%d" % (101 + i), "gpulab-bench-gpu:latest",
+            node_index=10 + i, hardware_profile="hgx-h100-8gpu")
+    for rack in racks.values():
+        rack["vars"]["rack_power_budget_watts"] = NODE_CAP_WATTS * len(rack["hosts"])
+    data = {"all": {"children": {
+        "gpu_nodes": {"children": racks},
+        "lb": {"hosts": {"bench-lb": host("bench-lb", "198.18.0.131", "gpulab-bench-lb:latest")}},
+        "monitoring": {"hosts": {"bench-mon": host("bench-mon", "198.18.0.141", "gpulab-bench-mon:latest")}},
+    }}}
+    # Two levels below the repository, like inventories/lab, whose group_vars it shares.
+    path = BENCH / ("hosts-%d-%s.yml" % (size, connection))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def playbook(path, inv, *extra):
+    cmd = [str(BIN / "ansible-playbook")] + VAULT + ["-i", str(inv), "-e",
+                                                     "readiness_report_dir=%s" % (BENCH / "reports"),
+                                                     str(ROOT / "playbooks" / path)] + list(extra)
+    print("  %s on %s" % (path, inv.name), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        sys.exit("%s on %s exited %d:\n%s" % (path, inv.name, proc.returncode, out[-4000:]))
+    recap = {m.group(1): [int(g) for g in m.groups()[1:]] for m in RECAP.finditer(out)}
+    return wall, recap
+
+
+def node_tasks(recap):
+    # ok counts the changed ones too; every other result is a task that ran on a host as well.
+    return sum(ok + unreachable + failed + skipped for ok, _, unreachable, failed, skipped, _, _ in recap.values())
+
+
+def timed(inv, size):
+    site_wall, site = playbook("site.yml", inv)
+    changed = {h: r[1] for h, r in site.items() if r[1]}
+    if changed:
+        sys.exit("the converged re-run of site.yml on %d nodes changed %s" % (size, changed))
+    verify_wall, verify = playbook("verify.yml", inv)
+    return {"site": (site_wall, node_tasks(site)), "verify": (verify_wall, node_tasks(verify))}
+
+
+def prepare():
+    for role, source in SOURCES.items():
+        if docker("ps", "-q", "--filter", "name=^gpulab-%s$" % source) == "":
+            sys.exit("gpulab-%s is not running: bring the lab up and converge it first (make lab)" % source)
+        # Once: a new image would make up.yml recreate every bench node (make lab-clean removes it).
+        if not docker("image", "ls", "-q", "gpulab-bench-%s:latest" % role):
+            docker("commit", "gpulab-" + source, "gpulab-bench-%s:latest" % role)
+    BENCH.mkdir(parents=True, exist_ok=True)
+    link = BENCH / "group_vars"
+    if not link.exists():
+        link.symlink_to(ROOT / "inventories" / "lab" / "group_vars")
+
+
+def bring_up(inv, size):
+    playbook("lab/up.yml", inv)
+    for i in range(size):
+        # Once per copy (the marker is not in the image): a copy's BMC certificate names gpu-a1's address,
+        # and bmc.yml makes one for the copy's own; dockerd renames runtimes/ at start, which overlayfs
+        # refuses for a directory of the image, so its state directory goes (a copy runs no containers).
+        docker("exec", "gpulab-bench-n%02d" % (i + 1), "sh", "-c",
+               "test -e /etc/gpulab-bench-copy && exit 0; systemctl stop docker.socket docker; "
+               "rm -rf /etc/labbmc/bmc.crt /etc/labbmc/bmc.key /var/lib/docker; systemctl reset-failed; "
+               "touch /etc/gpulab-bench-copy")
+    for play in ("simulator.yml", "apt_repo.yml", "bmc.yml", "models.yml"):
+        playbook("lab/" + play, inv)
+    playbook("site.yml", inv)  # the copies take their own identity: untimed
+
+
+def main():
+    sizes = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
+    conn_size = int(os.environ.get("BENCH_CONNECTION_NODES", str(sizes[0])))
+    prepare()
+    results = {}
+    for size in sizes:
+        inv = inventory(size)
+        bring_up(inv, size)
+        results[size] = timed(inv, size)
+        if size == conn_size:
+            ssh = results[size]
+            docker_results = timed(inventory(size, "docker"), size)
+    base = sizes[0]
+    print("converged site.yml re-run and verify.yml, N bench GPU nodes + LB + monitoring host, over SSH")
+    print("  %5s  %-6s  %8s  %10s  %12s  %s" % ("nodes", "play", "wall s", "node-tasks", "ms/node-task",
+                                               "growth per node-task vs %d nodes" % base))
+    for play in ("site", "verify"):
+        b_wall, b_tasks = results[base][play]
+        for size in sizes:
+            wall, tasks = results[size][play]
+            print("  %5d  %-6s  %8.1f  %10d  %12.1f  %.2fx (wall %.2fx for %.1fx the nodes)"
+                  % (size, play, wall, tasks, 1000 * wall / tasks, (wall / tasks) / (b_wall / b_tasks),
+                     wall / b_wall, size / base))
+    print("connection on %d nodes: docker exec time as a ratio of SSH (same tasks)" % conn_size)
+    for play in ("site", "verify"):
+        (s_wall, s_tasks), (d_wall, d_tasks) = ssh[play], docker_results[play]
+        print("  %-6s  ssh %7.1f s  docker exec %7.1f s  %.2fx  (node-tasks %d / %d)"
+              % (play, s_wall, d_wall, d_wall / s_wall, s_tasks, d_tasks))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""tests/bench/bench_cluster.py's generated cluster: no address or node index taken by the lab, racks
+within budget, the lab's group_vars applied, and the docker variant reaching each copy by container name."""
+import ipaddress
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+import bench_cluster  # noqa: E402
+
+
+def lab_hosts():
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", "inventories/lab",
+                          "--list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["_meta"]["hostvars"]
+
+
+def generated(tmp_path, monkeypatch, size, connection="ssh"):
+    monkeypatch.setattr(bench_cluster, "BENCH", tmp_path)
+    (tmp_path / "group_vars").symlink_to(ROOT / "inventories" / "lab" / "group_vars")
+    path = bench_cluster.inventory(size, connection)
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return yaml.safe_load(path.read_text()), json.loads(out)
+
+
+def test_bench_hosts_take_nothing_the_lab_uses(tmp_path, monkeypatch):
+    _, inv = generated(tmp_path, monkeypatch, 16)
+    bench, lab = inv["_meta"]["hostvars"], lab_hosts()
+    assert len(bench) == 18 and not set(bench) & set(lab)
+    addresses = [v["ansible_host"] for v in bench.values()]
+    assert len(set(addresses)) == 18 and not set(addresses) & {v["ansible_host"] for v in lab.values()}
+    assert all(ipaddress.ip_address(a) in ipaddress.ip_network(bench["bench-n01"]["mgmt_subnet"]) for a in addresses)
+    gpu = [v for v in bench.values() if "node_index" in v]
+    assert sorted(v["node_index"] for v in gpu) == list(range(10, 26))
+    assert not {v["node_index"] for v in gpu} & {v["node_index"] for v in lab.values() if "node_index" in v}
+
+
+def test_bench_racks_hold_their_caps_and_get_the_lab_group_vars(tmp_path, monkeypatch):
+    data, inv = generated(tmp_path, monkeypatch, 16)
+    racks = data["all"]["children"]["gpu_nodes"]["children"]
+    assert sorted(racks) == ["rack_bench1", "rack_bench2"]
+    for rack in racks.values():
+        assert rack["vars"]["rack_power_budget_watts"] == bench_cluster.NODE_CAP_WATTS * len(rack["hosts"]) == 64000
+    n16 = inv["_meta"]["hostvars"]["bench-n16"]
+    assert n16["bmc_power_port"] == 8443 and n16["lab_node_image"] == "gpulab-bench-gpu:latest"
+    assert "ansible_connection" not in n16
+
+
+def test_the_docker_variant_names_each_container(tmp_path, monkeypatch):
+    _, inv = generated(tmp_path, monkeypatch, 4, "docker")
+    hostvars = inv["_meta"]["hostvars"]
+    assert sorted(hostvars) == ["bench-lb", "bench-mon", "bench-n01", "bench-n02", "bench-n03", "bench-n04"]
+    for name, v in hostvars.items():
+        assert v["ansible_connection"] == "community.docker.docker"
+        assert v["ansible_docker_host"] == "gpulab-" + name and v["ansible_host"].startswith("198.18.0.")
