@@ -31,6 +31,7 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 SOURCES = {"gpu": "gpu-a1", "lb": "lb-1", "mon": "mon-1"}
 NODES_PER_RACK = 8
 NODE_CAP_WATTS = 8000
+SIZES = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
 
 
 def docker(*args):
@@ -97,10 +98,20 @@ def timed(inv, size):
     if changed:
         sys.exit("the converged re-run of site.yml on %d nodes changed %s" % (size, changed))
     verify_wall, verify = playbook("verify.yml", inv)
+    print("  %s: site %.1f s for %d node-tasks, verify %.1f s for %d" % (inv.name, site_wall, node_tasks(site),
+                                                                     verify_wall, node_tasks(verify)),
+          file=sys.stderr, flush=True)
     return {"site": (site_wall, node_tasks(site)), "verify": (verify_wall, node_tasks(verify))}
 
 
 def prepare():
+    # Every systemd container takes several inotify instances; the kernel's default of 128 per user stops
+    # systemd in the containers past about 25 (it exits at once, 255). Raised for the bench.
+    limit = Path("/proc/sys/fs/inotify/max_user_instances")
+    if int(limit.read_text()) < 1024:
+        print("  raising fs.inotify.max_user_instances to 1024 for %d systemd containers" % (10 + max(SIZES)),
+              file=sys.stderr)
+        limit.write_text("1024\n")
     for role, source in SOURCES.items():
         if docker("ps", "-q", "--filter", "name=^gpulab-%s$" % source) == "":
             sys.exit("gpulab-%s is not running: bring the lab up and converge it first (make lab)" % source)
@@ -129,7 +140,7 @@ def bring_up(inv, size):
 
 
 def main():
-    sizes = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
+    sizes = SIZES
     conn_size = int(os.environ.get("BENCH_CONNECTION_NODES", str(sizes[0])))
     prepare()
     results = {}
