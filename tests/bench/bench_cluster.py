@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make bench: the converged re-run of site.yml, and verify.yml, on 4, 8 and 16 bench nodes; time per
-node-task and its growth against the smallest run; then SSH against the docker exec connection.
+node-task and its growth against the smallest run; then SSH against the docker exec connection. SSH goes
+to each node's sshd published on the controller's loopback; ansible_host stays the management address.
 
 The bench nodes are copies of the lab's converged nodes: gpu-a1, lb-1 and mon-1 are committed as images
 and started as bench-n01.., bench-lb and bench-mon (198.18.0.101.. on the lab's networks) from a
@@ -31,6 +32,8 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 SOURCES = {"gpu": "gpu-a1", "lb": "lb-1", "mon": "mon-1"}
 NODES_PER_RACK = 8
 NODE_CAP_WATTS = 8000
+# A bench host reached over SSH has its sshd on 127.0.0.1:(this + last octet of its address).
+SSH_PORT_BASE = 22000
 SIZES = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
 
 
@@ -46,9 +49,18 @@ def env():
 def inventory(size, connection="ssh"):
     """A whole cluster of `size` GPU nodes, one LB and one monitoring host, in the lab's layout."""
     def host(name, address, image, **extra):
+        # ansible_host stays the management address: it is what the roles put in the LB upstream, the
+        # Prometheus targets and the preflight checks. The transport goes elsewhere.
         vars_ = {"ansible_host": address, "lab_node_image": image}
         if connection == "docker":
-            vars_.update(ansible_connection="community.docker.docker", ansible_docker_host="gpulab-" + name)
+            # Pipelined like SSH (ansible.cfg sets pipelining for [ssh_connection] only).
+            vars_.update(ansible_connection="community.docker.docker", ansible_docker_host="gpulab-" + name,
+                         ansible_pipelining=True)
+        else:
+            # sshd published on the controller's loopback (docker-proxy), ssh told to connect there.
+            port = SSH_PORT_BASE + int(address.rsplit(".", 1)[1])
+            vars_.update(lab_ssh_published_port=port, ansible_port=port,
+                         ansible_ssh_extra_args="-o HostName=127.0.0.1")
         vars_.update(extra)
         return vars_
 
@@ -126,6 +138,12 @@ def prepare():
 
 def bring_up(inv, size):
     playbook("lab/up.yml", inv)
+    hosts = yaml.safe_load(subprocess.run([str(BIN / "ansible-inventory"), "-i", str(inv), "--list"], cwd=ROOT,
+                                          env=env(), capture_output=True, text=True, check=True).stdout)
+    for name, hv in hosts["_meta"]["hostvars"].items():
+        published = docker("port", "gpulab-" + name, "22/tcp").split()
+        if published != ["127.0.0.1:%d" % hv["ansible_port"]]:
+            sys.exit("gpulab-%s publishes sshd on %s, not on 127.0.0.1:%d" % (name, published, hv["ansible_port"]))
     for i in range(size):
         # Once per copy (the marker is not in the image): a copy's BMC certificate names gpu-a1's address,
         # and bmc.yml makes one for the copy's own; dockerd renames runtimes/ at start, which overlayfs
@@ -152,7 +170,8 @@ def main():
             ssh = results[size]
             docker_results = timed(inventory(size, "docker"), size)
     base = sizes[0]
-    print("converged site.yml re-run and verify.yml, N bench GPU nodes + LB + monitoring host, over SSH")
+    print("converged site.yml re-run and verify.yml, N bench GPU nodes + LB + monitoring host, "
+          "over SSH to loopback-published ports")
     print("  %5s  %-6s  %8s  %10s  %12s  %s" % ("nodes", "play", "wall s", "node-tasks", "ms/node-task",
                                                "growth per node-task vs %d nodes" % base))
     for play in ("site", "verify"):
@@ -162,7 +181,8 @@ def main():
             print("  %5d  %-6s  %8.1f  %10d  %12.1f  %.2fx (wall %.2fx for %.1fx the nodes)"
                   % (size, play, wall, tasks, 1000 * wall / tasks, (wall / tasks) / (b_wall / b_tasks),
                      wall / b_wall, size / base))
-    print("connection on %d nodes: docker exec time as a ratio of SSH (same tasks)" % conn_size)
+    print("connection on %d nodes: docker exec time as a ratio of SSH on loopback-published ports (same tasks, "
+          "both pipelined)" % conn_size)
     for play in ("site", "verify"):
         (s_wall, s_tasks), (d_wall, d_tasks) = ssh[play], docker_results[play]
         print("  %-6s  ssh %7.1f s  docker exec %7.1f s  %.2fx  (node-tasks %d / %d)"

@@ -51,6 +51,17 @@ def test_bench_racks_hold_their_caps_and_get_the_lab_group_vars(tmp_path, monkey
     assert "ansible_connection" not in n16
 
 
+def test_the_ssh_variant_goes_to_one_loopback_port_per_host(tmp_path, monkeypatch):
+    _, inv = generated(tmp_path, monkeypatch, 16)
+    hostvars = inv["_meta"]["hostvars"]
+    ports = [v["ansible_port"] for v in hostvars.values()]
+    assert len(set(ports)) == 18 and all(1024 < p < 32768 for p in ports)
+    for v in hostvars.values():
+        assert v["lab_ssh_published_port"] == v["ansible_port"]
+        assert v["ansible_ssh_extra_args"] == "-o HostName=127.0.0.1"
+    assert hostvars["bench-n16"]["ansible_port"] == 22116 and hostvars["bench-n16"]["ansible_host"] == "198.18.0.116"
+
+
 def test_the_docker_variant_names_each_container(tmp_path, monkeypatch):
     _, inv = generated(tmp_path, monkeypatch, 4, "docker")
     hostvars = inv["_meta"]["hostvars"]
@@ -58,3 +69,4 @@ def test_the_docker_variant_names_each_container(tmp_path, monkeypatch):
     for name, v in hostvars.items():
         assert v["ansible_connection"] == "community.docker.docker"
         assert v["ansible_docker_host"] == "gpulab-" + name and v["ansible_host"].startswith("198.18.0.")
+        assert v["ansible_pipelining"] is True and "ansible_port" not in v
