@@ -22,7 +22,7 @@ setup:
 	@scripts/ensure-host.sh
 
 image: setup
-	@LAB_IMAGE=$$(lab/image/build.sh) && docker tag "$$LAB_IMAGE" gpulab-node:latest && echo "node image: $$LAB_IMAGE"
+	@LAB_IMAGE=$$(lab/image/fresh.sh) && echo "node image: $$LAB_IMAGE (lists emptied now, from $$(lab/image/build.sh))"
 
 lab-up: image
 	@scripts/lab-secrets.sh

@@ -11,5 +11,7 @@ else
 fi
 for scenario in "${scenarios[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario" >&2; exit 2; }
+  # Each scenario starts from an image whose package lists were emptied seconds ago (lab/image/fresh.sh).
+  lab/image/fresh.sh >/dev/null
   scripts/stage.sh "molecule:$scenario" molecule test -s "$scenario"
 done

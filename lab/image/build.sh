@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the lab node image from Debian bookworm with debootstrap, then `docker import` it.
 # The tag is a hash of this directory, so the image is rebuilt only when its recipe changes.
-# Usage: build.sh            prints the image reference, building it when missing
+# Usage: build.sh            prints the image reference, building it when missing. Tests and the lab run on
+# the image fresh.sh derives from it (gpulab-node:latest), never on this one directly.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=${LAB_IMAGE_REPO:-gpulab-node}
@@ -22,5 +23,4 @@ tar -C "$work/rootfs" -c . | docker import \
   --change 'CMD ["/sbin/init"]' \
   --change "ENV container=docker" \
   - "$ref" >&2
-docker tag "$ref" "$repo:latest"
 echo "$ref"

@@ -76,6 +76,7 @@ def set_faults(host, faults):
 
 @pytest.fixture(scope="module")
 def lab():
+    run("lab/image/fresh.sh")  # nodes start with package lists emptied seconds ago, as a fresh golden image
     run("scripts/lab-secrets.sh")
     playbook("playbooks/lab/up.yml")
     playbook("playbooks/lab/simulator.yml")
