@@ -7,6 +7,11 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
+# Where make test records its stage times, per-test times (JUnit) and every task's time (task_timings callback).
+export GPULAB_TIMES_DIR ?= $(abspath .cache/times)
+export GPULAB_TASK_TIMES ?= $(GPULAB_TIMES_DIR)/tasks.jsonl
+# CI's budget for make test on 2 cores, in seconds (the report at its end compares against it).
+TEST_BUDGET ?= 2400
 LAB_VAULT := --vault-password-file .lab/vault-pass -e @.lab/secrets.vault.yml
 PLAYBOOK := $(BIN)/ansible-playbook $(LAB_VAULT)
 
@@ -46,17 +51,22 @@ lint: setup
 	@scripts/stage.sh ansible-lint $(BIN)/ansible-lint --profile production
 
 unit: setup
-	@scripts/stage.sh unit $(BIN)/pytest -q tests/unit
+	@scripts/stage.sh unit $(BIN)/pytest -q tests/unit --junitxml=$(GPULAB_TIMES_DIR)/unit.xml
 
 molecule: image
 	@scripts/stage.sh molecule scripts/molecule-all.sh
 
 integration: image
-	@scripts/stage.sh integration $(BIN)/pytest -q -p no:cacheprovider tests/integration
+	@scripts/stage.sh integration $(BIN)/pytest -q -p no:cacheprovider tests/integration \
+	  --junitxml=$(GPULAB_TIMES_DIR)/integration.xml
 
-# Everything CI runs, in order; each stage prints its wall time; the first failure stops the run.
+# Everything CI runs. Two lanes side by side (scripts/lanes.py): lint and unit first, then the integration run
+# in one lane while the Molecule scenarios, longest first, take turns in the other. Each stage prints its wall
+# time; after the first failure nothing new starts. Ends with where the time went (scripts/time-report.py).
 test: setup
-	@scripts/stage.sh total $(MAKE) --no-print-directory lint unit molecule integration
+	@rm -rf $(GPULAB_TIMES_DIR)
+	@scripts/stage.sh total scripts/test-lanes.sh; rc=$$?; \
+	  $(BIN)/python scripts/time-report.py $(GPULAB_TIMES_DIR) $(TEST_BUDGET); exit $$rc
 
 bench: lab
 	@$(BIN)/python tests/bench/bench_parsers.py

@@ -41,6 +41,15 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/gpulab-dockerd.log"
 fi
 
+# Every systemd container takes several inotify instances; at the kernel's default of 128 per user, systemd as
+# PID 1 exits at once (255) past about 25 containers. make test runs the lab beside a Molecule scenario, and
+# make bench runs 26 bench nodes beside the lab.
+limit=/proc/sys/fs/inotify/max_user_instances
+if [ "$(cat "$limit")" -lt 1024 ]; then
+  say "raising fs.inotify.max_user_instances to 1024 for the lab's systemd containers"
+  echo 1024 > "$limit"
+fi
+
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ ! -x "$venv/bin/ansible-playbook" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

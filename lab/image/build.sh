@@ -9,6 +9,9 @@ repo=${LAB_IMAGE_REPO:-gpulab-node}
 mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tag=$(cat "$here/build.sh" "$here/packages.txt" "$here/setup-rootfs.sh" | sha256sum | cut -c1-12)
 ref="$repo:$tag"
+# The lab and Molecule scenarios starting side by side build it once: the others wait here, then find it.
+exec 9>"/var/tmp/gpulab-image-$tag.lock"
+flock 9
 if docker image inspect "$ref" >/dev/null 2>&1; then
   echo "$ref"
   exit 0

@@ -13,6 +13,7 @@ cid=$(docker create --label gpulab.fresh=1 "$base" /bin/sh -c \
 trap 'docker rm -f "$cid" >/dev/null 2>&1' EXIT
 docker start -a "$cid" >&2
 docker commit --change 'CMD ["/sbin/init"]' --change 'LABEL gpulab.fresh=1' "$cid" "$repo:latest" >/dev/null
-# Earlier derived images lose their tag; remove those no container uses any more.
-docker image prune -f --filter label=gpulab.fresh=1 >/dev/null
+# Earlier derived images lose their tag; remove those no container uses any more (older than an hour: a
+# scenario running beside this one may be starting containers from the one tagged a moment ago).
+docker image prune -f --filter label=gpulab.fresh=1 --filter until=1h >/dev/null
 echo "$repo:latest"

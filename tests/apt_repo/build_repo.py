@@ -14,6 +14,7 @@ repository stay idempotent.
 Needs dpkg-deb and gpg on PATH; everything else is the Python standard library.
 """
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -153,6 +154,15 @@ def ensure_key(gnupg):
 
 def main(out):
     out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # Molecule scenarios and the lab run side by side and share this directory: one builds, the others wait
+    # and then find it unchanged.
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build(out)
+
+
+def build(out):
     repo, gnupg, stamp = out / "repo", out / "gnupg", out / "stamp"
     spec = json.dumps(packages(), sort_keys=True)
     digest = hashlib.sha256((spec + Path(__file__).read_text()).encode()).hexdigest()

@@ -117,13 +117,7 @@ def timed(inv, size):
 
 
 def prepare():
-    # Every systemd container takes several inotify instances; the kernel's default of 128 per user stops
-    # systemd in the containers past about 25 (it exits at once, 255). Raised for the bench.
-    limit = Path("/proc/sys/fs/inotify/max_user_instances")
-    if int(limit.read_text()) < 1024:
-        print("  raising fs.inotify.max_user_instances to 1024 for %d systemd containers" % (10 + max(SIZES)),
-              file=sys.stderr)
-        limit.write_text("1024\n")
+    # scripts/ensure-host.sh (make setup) raised fs.inotify.max_user_instances for this many systemd containers.
     for role, source in SOURCES.items():
         if docker("ps", "-q", "--filter", "name=^gpulab-%s$" % source) == "":
             sys.exit("gpulab-%s is not running: bring the lab up and converge it first (make lab)" % source)

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Run commands side by side in a fixed number of lanes, longest first as given.
+
+Usage: lanes.py JOBS LOGDIR NAME=COMMAND [NAME=COMMAND ...]
+
+Each command runs through `sh -c`, its output going to LOGDIR/NAME.log; when it ends its whole log is
+printed at once, so two lanes never interleave their lines. After the first failure no new command starts
+(those running finish); the exit status is the first failing command's, or 0.
+
+Much of a lab or Molecule run waits (systemd booting, apt, health gates, sleeps between polls), so on a
+2-core machine two lanes finish well before one lane would."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv):
+    jobs, logdir, specs = int(argv[1]), Path(argv[2]), argv[3:]
+    if jobs < 1 or not specs or any("=" not in s for s in specs):
+        sys.exit(__doc__)
+    logdir.mkdir(parents=True, exist_ok=True)
+    queue = [tuple(s.split("=", 1)) for s in specs]
+    running, first_rc = {}, 0
+    while queue or running:
+        while queue and len(running) < jobs and first_rc == 0:
+            name, cmd = queue.pop(0)
+            log = open(logdir / ("%s.log" % name), "w")
+            running[name] = (subprocess.Popen(["sh", "-c", cmd], stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL), log, time.monotonic())
+            print("lanes: started %s (%d running, %d waiting)" % (name, len(running), len(queue)), flush=True)
+        if not running:
+            break
+        time.sleep(1)
+        for name, (proc, log, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[name]
+            sys.stdout.write((logdir / ("%s.log" % name)).read_text(errors="replace"))
+            print("lanes: %s %s after %d s" % (name, "passed" if proc.returncode == 0 else
+                                               "FAILED (rc=%d)" % proc.returncode, time.monotonic() - start),
+                  flush=True)
+            if proc.returncode != 0 and first_rc == 0:
+                first_rc = proc.returncode
+                if queue:
+                    print("lanes: not starting %s" % ", ".join(n for n, _ in queue), flush=True)
+                queue = []
+    return first_rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Where the time of a `make test` went: every stage (Molecule scenarios included) against the CI budget,
+each integration test, and the slowest tasks of every playbook run (callback_plugins/task_timings.py).
+Usage: time-report.py DIR [BUDGET_SECONDS]; DIR holds stages.tsv, tasks.jsonl and *.xml (pytest JUnit)."""
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def stages(d):
+    rows = []
+    path = d / "stages.tsv"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        start, name, secs, status = line.split("\t")
+        rows.append((int(start), name, int(secs), status))
+    return sorted(rows)
+
+
+def tests(d):
+    out = []
+    for xml in sorted(d.glob("*.xml")):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            failed = case.find("failure") is not None or case.find("error") is not None
+            out.append((float(case.get("time", 0)), "%s::%s" % (case.get("classname", "").split(".")[-1],
+                                                                 case.get("name")), xml.stem, failed))
+    return out
+
+
+def tasks(d):
+    path = d / "tasks.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def main():
+    d = Path(sys.argv[1])
+    budget = int(sys.argv[2]) if len(sys.argv) > 2 else 2400
+    rows = stages(d)
+    print("\n===== where the time went (%s)" % d)
+    print("%-34s %8s  %s" % ("stage", "seconds", "result"))
+    for _, name, secs, status in rows:
+        indent = "  " if ":" in name else ""
+        print("%-34s %8d  %s" % (indent + name, secs, status))
+    total = [secs for _, name, secs, _ in rows if name == "total"]
+    if total:
+        print("total %d s of the %d s budget (%.0f %%)" % (total[-1], budget, 100.0 * total[-1] / budget))
+    slow_tests = sorted((t for t in tests(d) if t[2] == "integration"), reverse=True)
+    if slow_tests:
+        print("\n%-78s %8s" % ("integration test", "seconds"))
+        for secs, name, _, failed in slow_tests:
+            print("%-78s %8.0f%s" % (name[:78], secs, "  FAILED" if failed else ""))
+    timed = sorted(tasks(d), key=lambda r: -r["seconds"])
+    if timed:
+        print("\n%d slowest tasks of %d (%.0f s in tasks in all)" % (min(20, len(timed)), len(timed),
+                                                                   sum(r["seconds"] for r in timed)))
+        print("%8s  %-24s %-30s %s" % ("seconds", "stage", "playbook", "task"))
+        for r in timed[:20]:
+            print("%8.1f  %-24s %-30s %s" % (r["seconds"], r["stage"][:24], "/".join(Path(r["playbook"]).parts[-2:])[:30],
+                                             r["task"][:80]))
+
+
+if __name__ == "__main__":
+    main()

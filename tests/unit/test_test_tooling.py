@@ -1,0 +1,103 @@
+"""The tooling that runs and times `make test`: the task_timings callback through a real ansible-playbook run,
+scripts/lanes.py running commands side by side, and scripts/time-report.py reading what both recorded."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+PLAYBOOK = """
+- name: Time two tasks
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Sleep a little
+      ansible.builtin.command: sleep 1.2
+      changed_when: false
+    - name: Answer at once
+      ansible.builtin.debug:
+        msg: done
+"""
+
+
+def test_task_timings_appends_each_tasks_wall_time(tmp_path):
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    times = tmp_path / "times" / "tasks.jsonl"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), GPULAB_TASK_TIMES=str(times),
+               GPULAB_STAGE="molecule:demo")
+    for _ in range(2):  # appended, not overwritten
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                               "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [json.loads(line) for line in times.read_text().splitlines()]
+    assert [r["task"] for r in rows] == ["Sleep a little", "Answer at once"] * 2
+    assert all(r["stage"] == "molecule:demo" and r["play"] == "Time two tasks" for r in rows), rows
+    assert rows[0]["playbook"].endswith("play.yml")
+    assert rows[0]["seconds"] >= 1.2 and rows[1]["seconds"] < 1.2, rows
+
+
+def test_task_timings_writes_nothing_without_a_file(tmp_path):
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    env.pop("GPULAB_TASK_TIMES", None)
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and list(tmp_path.iterdir()) == [tmp_path / "play.yml"]
+
+
+def lanes(tmp_path, jobs, *specs):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "lanes.py"), str(jobs), str(tmp_path / "logs"),
+                           *specs], capture_output=True, text=True, timeout=60)
+    return proc.returncode, proc.stdout
+
+
+def test_lanes_run_side_by_side_and_print_each_log_whole(tmp_path):
+    rc, out = lanes(tmp_path, 2, "slow=echo slow-1; sleep 1.5; echo slow-2", "fast=echo fast-1; echo fast-2",
+                    "last=echo last-1")
+    assert rc == 0, out
+    # fast ran beside slow and ended first; each log is printed in one piece when its command ends
+    assert out.index("fast-1\nfast-2\n") < out.index("slow-1\nslow-2\n")
+    assert "lanes: started fast (2 running, 1 waiting)" in out
+    assert out.index("lanes: fast passed") < out.index("lanes: started last")
+    assert (tmp_path / "logs" / "last.log").read_text() == "last-1\n"
+
+
+def test_lanes_start_nothing_new_after_a_failure(tmp_path):
+    rc, out = lanes(tmp_path, 1, "bad=echo broken; exit 3", "never=echo ran")
+    assert rc == 3, out
+    assert "lanes: bad FAILED (rc=3)" in out and "lanes: not starting never" in out and "ran" not in out
+
+
+def test_lanes_refuse_a_spec_without_a_name(tmp_path):
+    rc, out = lanes(tmp_path, 2, "echo no name")
+    assert rc != 0
+
+
+def test_time_report_tables(tmp_path):
+    (tmp_path / "stages.tsv").write_text("100\tlint\t2\tpassed\n90\ttotal\t2100\tpassed\n"
+                                         "110\tmolecule:inference\t300\tFAILED (rc=2)\n")
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"stage": "integration", "playbook": "playbooks/site.yml", "play": "p", "task": "Install nginx",
+         "seconds": 31.5},
+        {"stage": "molecule:inference", "playbook": "molecule/inference/converge.yml", "play": "p",
+         "task": "Stage the model", "seconds": 40.25})))
+    (tmp_path / "integration.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.integration.test_lab" name="test_converge" time="612.4"/>'
+        '<testcase classname="tests.integration.test_lab" name="test_faults" time="80.1"><failure/></testcase>'
+        '</testsuite></testsuites>')
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "time-report.py"), str(tmp_path), "2400"],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    assert lines.index("total                                  2100  passed") < \
+        lines.index("lint                                      2  passed")  # in the order the stages started
+    assert "  molecule:inference                    300  FAILED (rc=2)" in lines
+    assert "total 2100 s of the 2400 s budget (88 %)" in out
+    assert out.index("test_lab::test_converge") < out.index("test_lab::test_faults") and "80  FAILED" in out
+    assert out.index("Stage the model") < out.index("Install nginx")
+    assert "2 slowest tasks of 2 (72 s in tasks in all)" in out
