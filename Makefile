@@ -15,7 +15,8 @@ TEST_BUDGET ?= 2400
 LAB_VAULT := --vault-password-file .lab/vault-pass -e @.lab/secrets.vault.yml
 PLAYBOOK := $(BIN)/ansible-playbook $(LAB_VAULT)
 
-.PHONY: help setup image lab lab-up lab-down lab-clean lint unit molecule integration test bench
+.PHONY: help setup cache image lab lab-up lab-down lab-clean lint unit molecule integration \
+	integration-inventories integration-lab test bench
 
 help:
 	@echo "make lab        bring up the lab (containers, simulator) and run site.yml"
@@ -26,10 +27,15 @@ help:
 setup:
 	@scripts/ensure-host.sh
 
-image: setup
+# The package cache of the lab and the tests (scripts/apt-cache.sh; LAB_APT_CACHE=0 goes without).
+cache: setup
+	@scripts/apt-cache.sh start
+
+image: cache
 	@LAB_IMAGE=$$(lab/image/fresh.sh) && echo "node image: $$LAB_IMAGE (lists emptied now, from $$(lab/image/build.sh))"
 
-lab-up: image
+lab-up: cache
+	@echo "lab node image: $$(lab/image/fresh.sh --keep gpulab-node:lab)"
 	@scripts/lab-secrets.sh
 	$(PLAYBOOK) playbooks/lab/up.yml
 	$(PLAYBOOK) playbooks/lab/simulator.yml
@@ -44,6 +50,7 @@ lab-down:
 	@scripts/lab-down.sh
 
 lab-clean: lab-down
+	-@scripts/apt-cache.sh remove
 	-docker image ls -q --filter reference='gpulab-*' | sort -u | xargs -r docker image rm -f
 
 lint: setup
@@ -53,16 +60,25 @@ lint: setup
 unit: setup
 	@scripts/stage.sh unit $(BIN)/pytest -q tests/unit --junitxml=$(GPULAB_TIMES_DIR)/unit.xml
 
-molecule: image
+molecule: cache
 	@scripts/stage.sh molecule scripts/molecule-all.sh
 
-integration: image
-	@scripts/stage.sh integration $(BIN)/pytest -q -p no:cacheprovider tests/integration \
-	  --junitxml=$(GPULAB_TIMES_DIR)/integration.xml
+integration: integration-inventories integration-lab
 
-# Everything CI runs. Two lanes side by side (scripts/lanes.py): lint and unit first, then the integration run
-# in one lane while the Molecule scenarios, longest first, take turns in the other. Each stage prints its wall
-# time; after the first failure nothing new starts. Ends with where the time went (scripts/time-report.py).
+# Broken inventories through the preflight play (no lab needed).
+integration-inventories: setup
+	@scripts/stage.sh integration-inventories $(BIN)/pytest -q -p no:cacheprovider \
+	  tests/integration/test_bad_inventories.py --junitxml=$(GPULAB_TIMES_DIR)/integration-inventories.xml
+
+# The lab end to end: brought up, converged, faulted, remediated, scaled out, removed.
+integration-lab: cache
+	@scripts/stage.sh integration-lab $(BIN)/pytest -q -p no:cacheprovider tests/integration/test_lab.py \
+	  --junitxml=$(GPULAB_TIMES_DIR)/integration-lab.xml
+
+# Everything CI runs. Two lanes side by side (scripts/lanes.py): the lab's integration run, the longest, in one
+# lane from the start; lint, unit, the broken inventories and the Molecule scenarios (longest first) take turns
+# in the other. Each stage prints its wall time; after the first failure nothing new starts. Ends with where
+# the time went (scripts/time-report.py).
 test: setup
 	@rm -rf $(GPULAB_TIMES_DIR)
 	@scripts/stage.sh total scripts/test-lanes.sh; rc=$$?; \

@@ -18,17 +18,17 @@ need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
+# Tools the suite uses beside Ansible: ssh client for the lab, git for ansible-lint, curl and flock for the
+# package cache and the image build.
+for tool in ssh:openssh-client git:git curl:curl flock:util-linux; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need_pkgs+=("${tool#*:}")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 || die "missing ${need_pkgs[*]} and no apt-get here: install them by hand"
   say "installing ${need_pkgs[*]} with apt"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
-# Tools the suite uses beside Ansible: ssh client for the lab, git for ansible-lint.
-for tool in ssh:openssh-client git:git; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null; }
-done
 
 if ! docker info >/dev/null 2>&1; then
   say "starting dockerd"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Remove everything the lab created: containers, networks, keys, secrets, fact cache, reports.
-# The node image stays cached (make lab-clean removes it too).
+# The debootstrap image stays cached (make lab-clean removes it and the package cache too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if docker info >/dev/null 2>&1; then
   docker ps -aq --filter label=gpulab.lab=1 | xargs -r docker rm -f >/dev/null
   docker network ls -q --filter label=gpulab.lab=1 | xargs -r docker network rm >/dev/null
+  # The next lab starts from an image derived then (lab/image/fresh.sh --keep).
+  docker image rm gpulab-node:lab >/dev/null 2>&1 || true
 fi
 rm -rf .lab .cache/facts reports
 echo "lab removed"

@@ -20,10 +20,11 @@ work=$(mktemp -d /var/tmp/gpulab-rootfs.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 include=$(grep -v '^\s*#' "$here/packages.txt" | grep -v '^\s*$' | paste -sd, -)
 echo "building $ref with debootstrap (bookworm, $mirror)" >&2
-debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mirror" >&2
+debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+  tail -40 "$work/debootstrap.log" >&2; echo "error: debootstrap failed (above: the end of its log)" >&2; exit 1; }
 bash "$here/setup-rootfs.sh" "$work/rootfs" >&2
 tar -C "$work/rootfs" -c . | docker import \
   --change 'CMD ["/sbin/init"]' \
   --change "ENV container=docker" \
-  - "$ref" >&2
+  - "$ref" >/dev/null
 echo "$ref"

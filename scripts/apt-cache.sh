@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The package cache of the lab and the tests: Debian's apt-cacher-ng in a container on the host network
+# (port 3142), its cache in the docker volume gpulab-apt-cache. Lab nodes and Molecule instances reach it
+# through their network's gateway when it answers (lab/image/fresh.sh gives them the proxy lookup) and go
+# straight to the mirror when it does not: every package still comes from Debian's real repositories and
+# every converge still installs it, only the second download of a file is served from here.
+# Answers only the lab's own networks (198.18.0.0/15) and loopback (tcp wrappers).
+#   apt-cache.sh start    start it when it is not running (make cache does); LAB_APT_CACHE=0 skips it
+#   apt-cache.sh remove   remove the container and the cached packages (make lab-clean does)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=gpulab-apt-cache
+port=${LAB_APT_CACHE_PORT:-3142}
+case "${1:-}" in
+  start)
+    [ "${LAB_APT_CACHE:-1}" = 0 ] && exit 0
+    if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != true ]; then
+      docker rm -f "$name" >/dev/null 2>&1 || true
+      docker run -d --name "$name" --label gpulab.cache=1 --network host --restart unless-stopped \
+        -v gpulab-apt-cache:/var/cache/apt-cacher-ng "$(lab/image/build.sh)" bash -c "
+          set -e
+          command -v apt-cacher-ng >/dev/null || {
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apt-cacher-ng >/dev/null; }
+          echo 'apt-cacher-ng: 127.0.0.1 198.18.0.0/255.254.0.0' > /etc/hosts.allow
+          echo 'apt-cacher-ng: ALL' > /etc/hosts.deny
+          chown -R apt-cacher-ng: /var/cache/apt-cacher-ng
+          exec /usr/sbin/apt-cacher-ng -c /etc/apt-cacher-ng ForeGround=1 Port=$port BindAddress=0.0.0.0" >/dev/null
+    fi
+    for _ in $(seq 1 120); do
+      curl -fsS -o /dev/null "http://127.0.0.1:$port/acng-report.html" 2>/dev/null && exit 0
+      sleep 1
+    done
+    docker logs --tail 20 "$name" >&2
+    echo "error: the package cache ($name) did not answer on port $port within 120 s" >&2
+    exit 1
+    ;;
+  remove)
+    docker rm -f "$name" >/dev/null 2>&1 || true
+    docker volume rm gpulab-apt-cache >/dev/null 2>&1 || true
+    ;;
+  *)
+    sed -n '2,9p' "$0" >&2
+    exit 2
+    ;;
+esac
