@@ -200,10 +200,16 @@ def ping_error(stdout, stderr="", rc=1):
     return "ping exited %s: %s" % (rc, last[-1] if last else "no output")
 
 
-def fabric_report(results, plan, host=""):
-    """Turn the registered ping loop and the rail plan into fabric_verify_report."""
+def fabric_report(probe, plan, host=""):
+    """Turn the fabric_probe result (pairs_checked, and only the failing targets as results) and the rail plan
+    into fabric_verify_report."""
+    probe = probe if isinstance(probe, dict) else {}
+    results, checked = probe.get("results"), probe.get("pairs_checked")
+    if not isinstance(results, list) or not isinstance(checked, int) or checked < len(results):
+        raise AnsibleFilterError("fabric_report: expected a fabric_probe result (pairs_checked and the failing "
+                                 "results), got pairs_checked %r and results %r" % (checked, results))
     failures = []
-    for res in results or []:
+    for res in results:
         target = res.get("item") or res.get("_fabric_verify_target") or {}
         if res.get("rc", 1) == 0:
             continue
@@ -222,8 +228,8 @@ def fabric_report(results, plan, host=""):
             "ok": current is not None and int(current) == int(rail["mtu"]),
         })
     return {
-        "pairs_checked": len(results or []),
-        "pairs_ok": len(results or []) - len(failures),
+        "pairs_checked": checked,
+        "pairs_ok": checked - len(failures),
         "failures": failures,
         "interfaces": interfaces,
         "mtu_mismatches": [i for i in interfaces if not i["ok"]],

@@ -4,24 +4,28 @@
 # through their network's gateway when it answers (lab/image/fresh.sh gives them the proxy lookup) and go
 # straight to the mirror when it does not: every package still comes from Debian's real repositories and
 # every converge still installs it, only the second download of a file is served from here.
-# Answers only the lab's own networks (198.18.0.0/15) and loopback (tcp wrappers).
+# Answers only loopback, the lab's networks (198.18.0.0/15) and Docker's default bridges (172.16.0.0/12), for
+# scenarios without a network of their own (tcp wrappers).
 #   apt-cache.sh start    start it when it is not running (make cache does); LAB_APT_CACHE=0 skips it
 #   apt-cache.sh remove   remove the container and the cached packages (make lab-clean does)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=gpulab-apt-cache
-port=${LAB_APT_CACHE_PORT:-3142}
+port=3142  # lab/image/overlay/usr/local/sbin/gpulab-apt-proxy asks this port
 case "${1:-}" in
   start)
     [ "${LAB_APT_CACHE:-1}" = 0 ] && exit 0
-    if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != true ]; then
+    # Recreated when this script changed since it was started (the label holds the script's hash).
+    recipe=$(cat "$0" | sha256sum | cut -c1-12)
+    if [ "$(docker inspect -f '{{.State.Running}} {{index .Config.Labels "gpulab.cache"}}' "$name" 2>/dev/null)" \
+         != "true $recipe" ]; then
       docker rm -f "$name" >/dev/null 2>&1 || true
-      docker run -d --name "$name" --label gpulab.cache=1 --network host --restart unless-stopped \
+      docker run -d --name "$name" --label gpulab.cache="$recipe" --network host --restart unless-stopped \
         -v gpulab-apt-cache:/var/cache/apt-cacher-ng "$(lab/image/build.sh)" bash -c "
           set -e
           command -v apt-cacher-ng >/dev/null || {
             apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apt-cacher-ng >/dev/null; }
-          echo 'apt-cacher-ng: 127.0.0.1 198.18.0.0/255.254.0.0' > /etc/hosts.allow
+          echo 'apt-cacher-ng: 127.0.0.1 198.18.0.0/255.254.0.0 172.16.0.0/255.240.0.0' > /etc/hosts.allow
           echo 'apt-cacher-ng: ALL' > /etc/hosts.deny
           chown -R apt-cacher-ng: /var/cache/apt-cacher-ng
           exec /usr/sbin/apt-cacher-ng -c /etc/apt-cacher-ng ForeGround=1 Port=$port BindAddress=0.0.0.0" >/dev/null

@@ -19,8 +19,8 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 # Tools the suite uses beside Ansible: ssh client for the lab, git for ansible-lint, curl and flock for the
-# package cache and the image build.
-for tool in ssh:openssh-client git:git curl:curl flock:util-linux; do
+# package cache and the image build, ping for the fabric_probe unit test.
+for tool in ssh:openssh-client git:git curl:curl flock:util-linux ping:iputils-ping; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_pkgs+=("${tool#*:}")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -55,7 +55,7 @@ want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ ! -x "$venv/bin/ansible-playbook" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "creating the venv in $venv from requirements.txt"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip >/dev/null
-  "$venv/bin/pip" install -q -r requirements.txt
+  { "$venv/bin/pip" install -q --upgrade pip && "$venv/bin/pip" install -q -r requirements.txt; } \
+    >"$venv/pip-install.log" 2>&1 || { tail -30 "$venv/pip-install.log" >&2; die "pip install failed (above)"; }
   echo "$want" > "$stamp"
 fi

@@ -39,7 +39,7 @@ def main():
     rows = stages(d)
     print("\n===== where the time went (%s)" % d)
     print("%-34s %8s  %s" % ("stage", "seconds", "result"))
-    for _, name, secs, status in rows:
+    for _, name, secs, status in [r for r in rows if r[1] != "total"] + [r for r in rows if r[1] == "total"]:
         indent = "  " if ":" in name else ""
         print("%-34s %8d  %s" % (indent + name, secs, status))
     total = [secs for _, name, secs, _ in rows if name == "total"]

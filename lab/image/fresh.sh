@@ -3,8 +3,9 @@
 # (build.sh) with its package lists emptied and the lists directory's time set to now, as if the image had
 # been built seconds ago. A cached image can then never hide a role that trusts a fresh-looking lists
 # directory (apt's cache_valid_time): every test run, whatever the age of the cache, starts where a
-# freshly built golden image does. Also gives apt the lab's package cache (scripts/apt-cache.sh) when it
-# answers. Costs about two seconds.
+# freshly built golden image does. The lab-only files of overlay/ go in too: apt's lookup of the lab's
+# package cache (scripts/apt-cache.sh) and the bytecode cache of Ansible's module payloads. Costs about two
+# seconds.
 # Usage: fresh.sh [--keep] [TAG]   derives TAG (default gpulab-node:latest, what Molecule's instances start
 #   from) and prints it. --keep prints TAG without deriving a new one when it exists: the lab's image
 #   (gpulab-node:lab) is derived once per lab, when it is brought up, so that re-running `make lab` keeps
@@ -14,33 +15,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 keep=false
 if [ "${1:-}" = "--keep" ]; then keep=true; shift; fi
 tag=${1:-${LAB_IMAGE_REPO:-gpulab-node}:latest}
-port=${LAB_APT_CACHE_PORT:-3142}
 if $keep && docker image inspect "$tag" >/dev/null 2>&1; then
   echo "$tag"
   exit 0
 fi
 base=$("$here/build.sh")
-cid=$(docker create --label gpulab.fresh=1 "$base" /bin/bash -c "
-set -e
-rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/update-success-stamp
-touch /var/lib/apt/lists
-cat > /usr/local/sbin/gpulab-apt-proxy <<'SCRIPT'
-#!/bin/bash
-# LAB ONLY (lab/image/fresh.sh): apt asks this which proxy to use for each repository host. The lab's
-# package cache on the docker host (scripts/apt-cache.sh), through this node's gateway, when it answers;
-# otherwise straight to the repository. Repositories the node serves itself on loopback are always direct.
-case \"\$1\" in http://127.*|http://localhost[:/]*) echo DIRECT; exit 0;; esac
-gw=\$(ip -4 route show default 2>/dev/null | awk '{print \$3; exit}')
-if [ -n \"\$gw\" ] && timeout 1 bash -c \"exec 3<>/dev/tcp/\$gw/$port\" 2>/dev/null; then
-  echo \"http://\$gw:$port\"
-else
-  echo DIRECT
-fi
-SCRIPT
-chmod 0755 /usr/local/sbin/gpulab-apt-proxy
-echo 'Acquire::http::Proxy-Auto-Detect \"/usr/local/sbin/gpulab-apt-proxy\";' > /etc/apt/apt.conf.d/01gpulab-apt-cache
-")
+cid=$(docker create --label gpulab.fresh=1 "$base" /bin/sh -c \
+  'rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/update-success-stamp && touch /var/lib/apt/lists')
 trap 'docker rm -f "$cid" >/dev/null 2>&1' EXIT
+docker cp "$here/overlay/." "$cid:/"
 docker start -a "$cid" >&2
 docker commit --change 'CMD ["/sbin/init"]' --change 'LABEL gpulab.fresh=1' "$cid" "$tag" >/dev/null
 # Earlier derived images lose their tag; remove those no container uses any more (older than an hour: a

@@ -446,8 +446,10 @@ def test_a_wrong_mtu_on_a_node_or_on_the_network_is_named(lab):
 
 
 def test_a_node_stopped_mid_run_is_named_and_the_rest_converge(lab):
-    # Stop gpu-b2 once the run reaches the RDMA play (node baseline done everywhere).
-    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml"], cwd=ROOT,
+    # Stop gpu-b2 once the run reaches the RDMA play. The node baseline before it, converged already on every
+    # node, is skipped: re-checking it would prove nothing about the failure.
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml",
+                             "--skip-tags", "node_baseline"], cwd=ROOT,
                             env=ansible_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, stopped = [], False

@@ -73,15 +73,22 @@ def test_targets_and_report():
     targets = fabric_ping_targets(plan, hostvars, ["n0", "n1", "n2"], "n1")
     assert [(t["rail"], t["dst"], t["dst_addr"], t["payload"]) for t in targets][:2] == [
         ("rail0", "n0", "198.19.21.11", 8972), ("rail0", "n2", "198.19.21.99", 8972)]
-    results = [{"item": t, "rc": 0 if t["rail"] == "rail1" else 1,
-                "stdout": "", "stderr": "ping: local error: message too long, mtu=1500"} for t in targets]
-    report = fabric_report(results, plan, "n1")
+    failing = [{"item": t, "rc": 1, "stdout": "", "stderr": "ping: local error: message too long, mtu=1500"}
+               for t in targets if t["rail"] == "rail0"]
+    report = fabric_report({"pairs_checked": len(targets), "pairs_ok": 2, "results": failing}, plan, "n1")
     assert report["pairs_checked"] == 4 and report["pairs_ok"] == 2 and not report["ok"]
     assert report["failures"][0]["error"] == "local MTU 1500 is below the frame size"
     assert [m["interface"] for m in report["mtu_mismatches"]] == ["eth2"]
     lines = fabric_failed_pairs(report)
     assert lines[0] == "rail0 n1 -> n0 (198.19.21.12 -> 198.19.21.11): local MTU 1500 is below the frame size"
     assert lines[-1] == "rail0 n1 eth2 (198.19.21.12): MTU 1500, the rail is 9000"
+
+
+@pytest.mark.parametrize("probe", [None, [], {"results": []}, {"pairs_checked": 1, "results": [{}, {}]},
+                                   {"pairs_checked": "4", "results": []}])
+def test_report_refuses_what_is_not_a_probe_result(probe):
+    with pytest.raises(AnsibleFilterError, match="expected a fabric_probe result"):
+        fabric_report(probe, rdma_rail_plan(RAILS, FACTS, 1), "n1")
 
 
 @pytest.mark.parametrize("stdout,stderr,expected", [

@@ -94,8 +94,9 @@ def test_time_report_tables(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "time-report.py"), str(tmp_path), "2400"],
                          capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
-    assert lines.index("total                                  2100  passed") < \
-        lines.index("lint                                      2  passed")  # in the order the stages started
+    assert lines.index("lint                                      2  passed") < \
+        lines.index("  molecule:inference                    300  FAILED (rc=2)") < \
+        lines.index("total                                  2100  passed")  # in the order they started, total last
     assert "  molecule:inference                    300  FAILED (rc=2)" in lines
     assert "total 2100 s of the 2400 s budget (88 %)" in out
     assert out.index("test_lab::test_converge") < out.index("test_lab::test_faults") and "80  FAILED" in out
