@@ -21,7 +21,8 @@ if $keep && docker image inspect "$tag" >/dev/null 2>&1; then
 fi
 base=$("$here/build.sh")
 cid=$(docker create --label gpulab.fresh=1 "$base" /bin/sh -c \
-  'rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/update-success-stamp && touch /var/lib/apt/lists')
+  'rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/update-success-stamp && touch /var/lib/apt/lists &&
+   python3 -m compileall -q /usr/lib/python3/dist-packages/gpulab_bytecode_cache.py')
 trap 'docker rm -f "$cid" >/dev/null 2>&1' EXIT
 docker cp "$here/overlay/." "$cid:/"
 docker start -a "$cid" >&2

@@ -15,7 +15,7 @@ SOURCE = b"def outer():\n    def inner():\n        return 41 + 1\n    return inn
 def load_cache(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location(
         "gpulab_bytecode_cache_under_test",
-        OVERLAY / "usr" / "local" / "lib" / "python3.11" / "dist-packages" / "gpulab_bytecode_cache.py")
+        OVERLAY / "usr" / "lib" / "python3" / "dist-packages" / "gpulab_bytecode_cache.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setattr(module, "_DIR", str(tmp_path / "cache"))
