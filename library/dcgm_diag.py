@@ -120,7 +120,7 @@ cmd:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.dcgm_parsers import diag_causes, parse_dcgmi_diag, per_gpu, summarize
-from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.gpu_parsers import ParseError, readable_output
 
 
 def main():
@@ -151,8 +151,9 @@ def main():
         parsed = parse_dcgmi_diag(out)
     except ParseError as e:
         module.fail_json(msg='cannot read the dcgmi diag output (rc=%d): %s%s'
-                         % (rc, e, ('; stderr: ' + err.strip().splitlines()[-1]) if err.strip() else ''),
-                         rc=rc, stdout=out, stderr=err, cmd=argv)
+                         % (rc, e, ('; stderr: ' + readable_output(err).strip().splitlines()[-1])
+                            if err.strip() else ''),
+                         rc=rc, stdout=readable_output(out), stderr=readable_output(err), cmd=argv)
     causes = diag_causes(parsed)
     result = dict(changed=False, cmd=argv, rc=rc, level=p['level'], tests=parsed['tests'], per_gpu=per_gpu(parsed),
                   causes=causes, summary=summarize(parsed), dcgm_version=parsed['version'],

@@ -23,18 +23,25 @@ description:
     by PCI bus id. Xid 48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120,
     140, 143-150 grade V(fail) (reset, drain or RMA); every other Xid (for example 13, 31, 43, 45,
     usually application faults) grades V(warn). If the kernel log cannot be read the module warns and
-    grades the xid check V(warn).
+    grades the xid check V(fail) with the reason.
   - "Per GPU checks: driver_version, persistence_mode, ecc (volatile uncorrectable -> fail, aggregate
     only -> warn), retired_pages (pending -> fail, double-bit count >= expected.max_retired_pages -> fail,
-    other double-bit -> warn), row_remap (failure -> fail, pending -> warn or fail with
-    expected.row_remap_pending_fail), xid, pcie (width below max/expected -> fail, max gen below expected
-    -> fail, current gen below max/expected -> warn as idle links may downshift), temperature (at or above
-    slowdown -> fail, at or above alert -> warn), throttle (HW slowdown, HW thermal or HW power brake
-    active -> fail, SW thermal -> warn), power (limit differs from expected.power_limit_watts -> warn,
-    draw above limit +5% -> warn), fabric (with expected.nvswitch, state Completed and status Success
-    else fail)."
-  - "Node checks: count (fewer GPUs than expected -> fail naming how many were found), driver (one
-    version on all GPUs, matching expected), fabric, and xid for Xid lines of devices that are not GPUs."
+    other double-bit -> warn), row_remap (failure -> fail, pending -> fail (warn with
+    expected.row_remap_pending_fail false)), xid, pcie (width below max/expected -> fail, max gen below
+    expected -> fail, current above max -> fail, current gen below max/expected -> warn as idle links may
+    downshift), temperature (at or above slowdown -> fail, at or above alert -> warn), throttle (HW slowdown,
+    HW thermal or HW power brake active -> fail, SW thermal -> warn), power (limit differs from
+    expected.power_limit_watts -> warn, draw above limit +5% -> warn), fabric (with expected.nvswitch, state
+    Completed and status Success, or on a GPU that reports no fabric registration (pre-Hopper) an active
+    C(nvidia-fabricmanager) unit (C(systemctl is-active)), else fail)."
+  - "Fails closed: a value a check needs that nvidia-smi does not report (N/A), a value outside what a GPU can
+    report (negative or absurd temperature, power, PCIe gen/width, counters), a kernel log that cannot be read
+    (dmesg exit code) or a Fabric Manager state that is not active grades that check V(fail) with the field and
+    value in its message, never V(ok). Output that is not UTF-8, a truncated table or rows that
+    C(--query-gpu) and C(-q) do not agree on fail the module with a message naming the tool."
+  - "Node checks: count (fewer or more GPUs than expected, duplicated index, bus id or UUID, or indexes that are
+    not 0..n-1 -> fail), driver (one version on all GPUs, matching expected), fabric, and xid for Xid lines of
+    devices that are not GPUs."
   - Fails when any check has a severity listed in O(fail_on). Never changes the node.
 version_added: "1.0.0"
 author:
@@ -79,9 +86,19 @@ options:
         type: int
         default: 60
       row_remap_pending_fail:
-        description: Grade a pending row remap V(fail) instead of V(warn).
+        description: Grade a pending row remap V(fail) (the GPU needs a reset); V(false) grades it V(warn).
         type: bool
-        default: false
+        default: true
+      memory_repairs_reported:
+        description:
+          - The GPU reports retired pages or remapped rows. Neither reported grades V(fail) unless this is
+            V(false) (a GPU whose driver prints N/A for both; the hardware profile's C(memory_repairs_reported)).
+        type: bool
+        default: true
+      ecc:
+        description: The GPU has ECC on; uncorrectable ECC counters not reported grade V(fail) unless V(false).
+        type: bool
+        default: true
   fail_on:
     description: Severities that make the module fail.
     type: list
@@ -209,6 +226,12 @@ xid_events:
   returned: always
   type: list
   elements: dict
+fabric_manager:
+  description:
+    - C(systemctl is-active nvidia-fabricmanager) (V(active), V(inactive), V(failed), ...), read when
+      O(expected.nvswitch) is set; null otherwise.
+  returned: always
+  type: str
 textfile:
   description: Path of the metrics file written (or that would be written in check mode).
   returned: when textfile_dir is set
@@ -227,9 +250,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_nvml import gather_nvml
-from ansible.module_utils.gpu_parsers import (HEALTH_QUERY_FIELDS, ParseError, parse_health_query,
-                                              parse_nvsmi_q, parse_xid_log)
-from ansible.module_utils.health_checks import evaluate_health, merge_records, render_prometheus
+from ansible.module_utils.gpu_health_pass import evaluate_pass, reads
+from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.health_checks import render_prometheus
 
 
 def _import_pynvml():
@@ -247,59 +270,6 @@ def run_concurrently(module, argvs):
         return [module.run_command(argvs[0])]
     with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
         return list(pool.map(module.run_command, argvs))
-
-
-def parse_smi(module, query_result, q_result, commands):
-    rc, out, err = query_result
-    if rc != 0:
-        module.fail_json(msg='nvidia-smi --query-gpu failed (rc=%d): %s' % (rc, (err or out).strip()[:300]),
-                         commands=commands)
-    try:
-        records = parse_health_query(out)
-    except ParseError as e:
-        module.fail_json(msg='cannot parse nvidia-smi --query-gpu output: %s' % e, commands=commands)
-    rc, out, err = q_result
-    if rc != 0:
-        module.fail_json(msg='nvidia-smi -q failed (rc=%d): %s' % (rc, (err or out).strip()[:300]),
-                         commands=commands)
-    try:
-        q = parse_nvsmi_q(out)
-    except ParseError as e:
-        module.fail_json(msg='cannot parse nvidia-smi -q output: %s' % e, commands=commands)
-    return merge_records(records, q)
-
-
-def smi_argvs(smi):
-    return [[smi, '--query-gpu=' + ','.join(HEALTH_QUERY_FIELDS), '--format=csv,noheader,nounits'],
-            [smi, '-q']]
-
-
-def kernel_log_argv(module, path):
-    """argv for reading the kernel log, or None when a file is given or dmesg is absent."""
-    if path:
-        return None
-    dmesg = module.get_bin_path('dmesg', required=False)
-    if not dmesg:
-        module.warn('dmesg not found; Xid not checked')
-        return None
-    return [dmesg]
-
-
-def read_kernel_log(module, path, dmesg_result):
-    if path:
-        try:
-            with open(path, 'r', errors='replace') as f:
-                return f.read()
-        except (IOError, OSError) as e:
-            module.warn('cannot read kernel log %s: %s; Xid not checked' % (path, e))
-            return None
-    if dmesg_result is None:
-        return None
-    rc, out, err = dmesg_result
-    if rc != 0:
-        module.warn('dmesg failed (rc=%d: %s); Xid not checked' % (rc, (err or out).strip()[:200]))
-        return None
-    return out
 
 
 def write_textfile(module, directory, content):
@@ -329,7 +299,9 @@ def main():
                 power_limit_watts=dict(type='int'),
                 nvswitch=dict(type='bool'),
                 max_retired_pages=dict(type='int', default=60),
-                row_remap_pending_fail=dict(type='bool', default=False),
+                row_remap_pending_fail=dict(type='bool', default=True),
+                memory_repairs_reported=dict(type='bool', default=True),
+                ecc=dict(type='bool', default=True),
             )),
             fail_on=dict(type='list', elements='str', choices=['warn', 'fail'], default=['fail']),
             temperature_margin_c=dict(type='int', default=5),
@@ -344,7 +316,6 @@ def main():
     expected = dict((k, v) for k, v in (p['expected'] or {}).items() if v is not None)
     if 'pcie' in expected:
         expected['pcie'] = dict((k, v) for k, v in expected['pcie'].items() if v is not None)
-    commands = []
     pynvml = _import_pynvml() if p['use_nvml'] else None
     records = None
     source = 'nvidia-smi'
@@ -355,26 +326,26 @@ def main():
         except Exception as e:  # noqa: BLE001 - NVML errors fall back to nvidia-smi
             module.warn('NVML failed (%s); using nvidia-smi' % e)
             records = None
-    argvs = []
+    smi = None
     if records is None:
         smi = p['nvidia_smi_path'] or module.get_bin_path('nvidia-smi', required=True,
                                                           opt_dirs=['/usr/bin', '/usr/local/bin'])
-        argvs = smi_argvs(smi)
-    dmesg_argv = kernel_log_argv(module, p['kernel_log_path'])
-    if dmesg_argv:
-        argvs.append(dmesg_argv)
-    commands.extend(argvs)
-    results = run_concurrently(module, argvs) if argvs else []
-    if records is None:
-        records = parse_smi(module, results[0], results[1], commands)
-    log = read_kernel_log(module, p['kernel_log_path'], results[-1] if dmesg_argv else None)
+    dmesg = None if p['kernel_log_path'] else module.get_bin_path('dmesg', required=False)
+    systemctl = module.get_bin_path('systemctl', required=False)
+    keyed = reads(smi, dmesg, systemctl, expected.get('nvswitch'))
+    commands = [argv for _key, argv in keyed]
+    outputs = run_concurrently(module, commands) if commands else []
     try:
-        xid_events = parse_xid_log(log) if log is not None else None
+        graded = evaluate_pass(dict((key, out) for (key, _argv), out in zip(keyed, outputs)), expected,
+                               p['fail_on'], p['temperature_margin_c'], records=records,
+                               log_path=p['kernel_log_path'])
     except ParseError as e:
-        module.fail_json(msg='cannot parse kernel log: %s' % e, commands=commands)
-    gpus, node, summary = evaluate_health(records, expected, xid_events, p['fail_on'], p['temperature_margin_c'])
-    result = dict(changed=False, gpus=gpus, node=node, summary=summary, source=source, records=records,
-                  xid_events=xid_events, commands=commands)
+        module.fail_json(msg=str(e), commands=commands)
+    if graded['kernel_log_error']:
+        module.warn('%s; Xid not checked' % graded['kernel_log_error'])
+    gpus, node, summary = graded['gpus'], graded['node'], graded['summary']
+    result = dict(changed=False, gpus=gpus, node=node, summary=summary, source=source, records=graded['records'],
+                  xid_events=graded['xid_events'], fabric_manager=graded['fabric_manager'], commands=commands)
     if p['textfile_dir']:
         result['textfile'] = write_textfile(module, p['textfile_dir'],
                                             render_prometheus(gpus, node, summary, p['fail_on']))

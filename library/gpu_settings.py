@@ -121,7 +121,8 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_parsers import SETTINGS_QUERY_FIELDS, ParseError, parse_settings_query
+from ansible.module_utils.gpu_parsers import (SETTINGS_QUERY_FIELDS, ParseError, parse_settings_query,
+                                              readable_output)
 from ansible.module_utils.health_checks import desired_power, plan_settings
 
 
@@ -154,7 +155,8 @@ def main():
     commands = [argv]
     rc, out, err = module.run_command(argv)
     if rc != 0:
-        module.fail_json(msg='nvidia-smi --query-gpu failed (rc=%d): %s' % (rc, (err or out).strip()[:300]),
+        module.fail_json(msg='nvidia-smi --query-gpu failed (rc=%d): %s'
+                         % (rc, readable_output(err or out).strip()[:300]),
                          commands=commands)
     try:
         current = parse_settings_query(out)
@@ -177,7 +179,7 @@ def main():
             if rc != 0:
                 done = [x for x in changes if x is not c and x['argv'] in commands]
                 module.fail_json(msg='GPU%d: setting %s to %s failed (rc=%d): %s' % (
-                    c['gpu'], c['setting'], c['after'], rc, (err or out).strip()[:300]),
+                    c['gpu'], c['setting'], c['after'], rc, readable_output(err or out).strip()[:300]),
                     changed=bool(done), changes=done, commands=commands)
     module.exit_json(changed=bool(changes), changes=changes, gpus=after, diff={'before': before, 'after': after},
                      commands=commands)

@@ -161,7 +161,7 @@ cmd:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.gpu_parsers import ParseError, readable_output
 from ansible.module_utils.nccl_parsers import bandwidth_findings, parse_nccl_tests
 
 
@@ -209,8 +209,9 @@ def main():
         parsed = parse_nccl_tests(out)
     except ParseError as e:
         module.fail_json(msg='cannot use the all_reduce_perf output (rc=%d): %s%s'
-                         % (rc, e, ('; stderr: ' + err.strip().splitlines()[-1]) if err.strip() else ''),
-                         rc=rc, stdout=out, stderr=err, failures=[str(e)], cmd=argv)
+                         % (rc, e, ('; stderr: ' + readable_output(err).strip().splitlines()[-1])
+                            if err.strip() else ''),
+                         rc=rc, stdout=readable_output(out), stderr=readable_output(err), failures=[str(e)], cmd=argv)
     gate = bandwidth_findings(parsed, p['min_busbw_gbps'], p['metric'])
     result = dict(
         changed=False, cmd=argv, rc=rc,

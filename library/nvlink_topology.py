@@ -187,7 +187,7 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_parsers import (ParseError, parse_nvlink_errors,
+from ansible.module_utils.gpu_parsers import (ParseError, readable_output, parse_nvlink_errors,
                                               parse_nvlink_status, parse_topo_matrix)
 from ansible.module_utils.health_checks import mismatch_msg, verify_topology
 
@@ -197,10 +197,12 @@ def _run(module, argv, commands, what):
     rc, out, err = module.run_command(argv)
     text = out if (out or '').strip() else err
     if rc != 0 and not (text or '').strip():
-        module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(argv), rc, (err or out or '').strip()),
+        module.fail_json(msg='%s failed (rc=%d): %s'
+                         % (' '.join(argv), rc, readable_output(err or out or '').strip()),
                          rc=rc, commands=commands)
     if rc != 0 and what == 'topo':
-        module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(argv), rc, (err or out).strip()[:300]),
+        module.fail_json(msg='%s failed (rc=%d): %s'
+                         % (' '.join(argv), rc, readable_output(err or out).strip()[:300]),
                          rc=rc, commands=commands)
     return text
 

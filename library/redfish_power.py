@@ -175,7 +175,16 @@ cooling:
       description: Redfish resources read.
       type: list
       elements: str
-  sample: {coolant_inlet_c: 32.0, leak_detection: true, leak_detected: false, leaks: [], sources: [ThermalSubsystem]}
+    problems:
+      description:
+        - Readings that cannot be accounted for, each naming the resource, the field and the value
+          (a null, a string or a number with its unit where a number belongs, a coolant temperature outside
+          -10..100 C, a sensor or detector whose Status.State is not Enabled, a DetectorState other than
+          OK/Warning/Critical). Empty when every reading is usable; the bmc_power role fails otherwise.
+      type: list
+      elements: str
+  sample: {coolant_inlet_c: 32.0, leak_detection: true, leak_detected: false, leaks: [], sources: [ThermalSubsystem],
+           problems: []}
 diff:
   description: Ansible diff of the cap.
   returned: always

@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import re
 
-from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.gpu_parsers import ParseError, utf8_input
 
 __metaclass__ = type
 
@@ -194,6 +194,7 @@ def parse_dcgmi_diag_json(text):
     return out
 
 
+@utf8_input('dcgmi diag')
 def parse_dcgmi_diag(text):
     """JSON when the output is JSON, else the text table."""
     if isinstance(text, str) and text.lstrip().startswith('{'):

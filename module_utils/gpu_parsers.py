@@ -20,6 +20,33 @@ class ParseError(ValueError):
 
 
 ANSI_RE = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
+# AnsibleModule.run_command hands bytes that are not UTF-8 over as surrogate escapes; a result holding one
+# is a result ansible-core cannot read back, so parsers refuse such text first.
+UNDECODABLE_RE = re.compile(u'[\udc80-\udcff]')
+
+
+def check_utf8(text, what):
+    """Raise ParseError naming the line when text holds bytes that were not UTF-8."""
+    m = UNDECODABLE_RE.search(text) if isinstance(text, str) else None
+    if m:
+        raise ParseError('%s output is not UTF-8 (byte 0x%02x on line %d)'
+                         % (what, ord(m.group(0)) - 0xdc00, text.count('\n', 0, m.start()) + 1))
+
+
+def readable_output(text):
+    """Tool output safe to return in a module result: bytes that were not UTF-8 become U+FFFD."""
+    return UNDECODABLE_RE.sub(u'\ufffd', text) if isinstance(text, str) else text
+
+
+def utf8_input(what):
+    """Decorator: the parser's first argument must be UTF-8 text (check_utf8)."""
+    def wrap(parser):
+        def parse(text, *args, **kwargs):
+            check_utf8(text, what)
+            return parser(text, *args, **kwargs)
+        parse.__name__, parse.__doc__ = parser.__name__, parser.__doc__
+        return parse
+    return wrap
 
 # --------------------------------------------------------------------------
 # nvidia-smi topo -m
@@ -70,6 +97,7 @@ def _split_row(line):
     return line.split()
 
 
+@utf8_input('nvidia-smi topo -m')
 def parse_topo_matrix(text):
     """Parse `nvidia-smi topo -m` output.
 
@@ -218,6 +246,7 @@ def _gpu_blocks(text, what):
     return blocks
 
 
+@utf8_input('nvidia-smi nvlink -s')
 def parse_nvlink_status(text):
     """Parse `nvidia-smi nvlink -s`. Returns {"GPU<n>": {index, name, uuid, supported,
     links: [{link, speed_gbps, state}]}}; speed_gbps is the GB/s figure nvidia-smi prints."""
@@ -260,6 +289,7 @@ def _counter_key(name):
     return re.sub(r'[^a-z0-9]+', '_', name.strip().lower()).strip('_')
 
 
+@utf8_input('nvidia-smi nvlink -e')
 def parse_nvlink_errors(text):
     """Parse `nvidia-smi nvlink -e`. Returns {"GPU<n>": {index, name, uuid,
     links: {<link>: {"replay_errors": 0, "recovery_errors": 0, "crc_errors": 0}}}}.
@@ -345,6 +375,7 @@ def to_bool(value, what):
     raise ParseError('%s: not a boolean state: %r' % (what, value))
 
 
+@utf8_input('nvidia-smi --query-gpu')
 def parse_query_csv(text, fields=None):
     """Parse `--query-gpu` CSV into a list of {field: raw string} dicts.
 
@@ -471,6 +502,7 @@ def normalize_bus_id(bus_id):
 _KV_RE = re.compile(r'^(\s*)(\S.*?)\s*:\s?(.*)$')
 
 
+@utf8_input('nvidia-smi -q')
 def parse_nvsmi_q_tree(text):
     """Parse `nvidia-smi -q` (any -d selection) into {"header": {...}, "gpus": [tree,...]}.
 

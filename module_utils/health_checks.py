@@ -121,12 +121,18 @@ def verify_topology(topology, expected):
 # --------------------------------------------------------------------------
 
 def merge_records(primary, secondary):
-    """Fill None fields of the query-gpu records from the -q records (matched by bus id, else index)."""
+    """Fill None fields of the query-gpu records from the -q records (matched by bus id).
+
+    Both must describe the same GPUs: a GPU that one lists and the other does not (a truncated or
+    mixed-up output) raises ParseError naming the bus ids."""
     by_bus = dict((r.get('bus_id'), r) for r in secondary)
-    by_idx = dict((r.get('index'), r) for r in secondary)
+    ours = set(r.get('bus_id') for r in primary)
+    if secondary and (ours != set(by_bus) or len(secondary) != len(primary)):
+        raise ParseError('nvidia-smi --query-gpu lists GPUs %s but nvidia-smi -q lists %s'
+                         % (', '.join(sorted(str(b) for b in ours)), ', '.join(sorted(str(b) for b in by_bus))))
     out = []
     for rec in primary:
-        other = by_bus.get(rec.get('bus_id')) or by_idx.get(rec.get('index')) or {}
+        other = by_bus.get(rec.get('bus_id')) or {}
         merged = dict(rec)
         for k, v in other.items():
             if merged.get(k) is None and v is not None and k != 'index':
@@ -148,19 +154,75 @@ def driver_matches(actual, wanted):
     return actual == wanted or (actual or '').startswith(wanted.rstrip('.') + '.')
 
 
-def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
+# Where each record field comes from (nvidia-smi --query-gpu name, or the -q label), for reasons, and
+# the range a real GPU can report: anything outside is a reading we cannot account for.
+FIELD_SOURCES = {
+    'driver_version': 'driver_version', 'persistence_mode': 'persistence_mode',
+    'ecc_uncorrected_volatile': 'ecc.errors.uncorrected.volatile.total',
+    'ecc_uncorrected_aggregate': 'ecc.errors.uncorrected.aggregate.total',
+    'retired_pages_pending': 'retired_pages.pending', 'retired_pages_dbe': 'retired_pages.double_bit.count',
+    'remapped_rows_pending': 'remapped_rows.pending', 'remapped_rows_failure': 'remapped_rows.failure',
+    'remapped_rows_uncorrectable': 'remapped_rows.uncorrectable',
+    'pcie_gen_current': 'pcie.link.gen.current', 'pcie_gen_max': 'pcie.link.gen.max',
+    'pcie_width_current': 'pcie.link.width.current', 'pcie_width_max': 'pcie.link.width.max',
+    'temperature_c': 'temperature.gpu', 'power_draw_w': 'power.draw', 'power_limit_w': 'power.limit',
+    'throttle_hw_slowdown': 'clocks_event_reasons.hw_slowdown',
+    'throttle_hw_thermal': 'clocks_event_reasons.hw_thermal_slowdown',
+    'throttle_hw_power_brake': 'clocks_event_reasons.hw_power_brake_slowdown',
+    'throttle_sw_thermal': 'clocks_event_reasons.sw_thermal_slowdown',
+    'fabric_state': 'fabric.state', 'fabric_status': 'fabric.status',
+    'slowdown_temp_c': '-q GPU Slowdown Temp', 'shutdown_temp_c': '-q GPU Shutdown Temp',
+}
+FIELD_RANGES = {
+    'ecc_uncorrected_volatile': (0, 2 ** 53), 'ecc_uncorrected_aggregate': (0, 2 ** 53),
+    'retired_pages_dbe': (0, 100000), 'remapped_rows_uncorrectable': (0, 100000),
+    'pcie_gen_current': (1, 6), 'pcie_gen_max': (1, 6), 'pcie_width_current': (1, 32), 'pcie_width_max': (1, 32),
+    'temperature_c': (0, 150), 'power_draw_w': (0, 5000), 'power_limit_w': (1, 5000),
+    'slowdown_temp_c': (30, 150), 'shutdown_temp_c': (30, 160),
+}
+FABRIC_STATES = ('Not Supported', 'Not Started', 'In Progress', 'Completed')
+
+
+def _bad_values(rec, fields, needed=True):
+    """Reasons for fields that are missing (when needed) or outside what a GPU can report."""
+    out = []
+    for f in fields:
+        v = rec.get(f)
+        if v is None:
+            if needed:
+                out.append('nvidia-smi %s not reported (N/A)' % FIELD_SOURCES.get(f, f))
+            continue
+        lo_hi = FIELD_RANGES.get(f)
+        if lo_hi and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo_hi[0] <= v <= lo_hi[1]):
+            out.append('nvidia-smi %s value %r outside %s..%s' % (FIELD_SOURCES.get(f, f), v, lo_hi[0], lo_hi[1]))
+    return out
+
+
+def _unaccounted(c, name, rec, fields, needed=True, value=None):
+    """Grade check `name` fail when its fields cannot be accounted for; True when it did."""
+    bad = _bad_values(rec, fields, needed)
+    if bad:
+        c[name] = _chk('fail', '; '.join(bad), value if value is not None else dict((f, rec.get(f)) for f in fields))
+    return bool(bad)
+
+
+def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5, fabric_manager=None, kernel_log_error=None):
+    """Grade one GPU record. Fails closed: a field a check needs that is not reported, or a value no
+    GPU can have, is a fail naming the nvidia-smi field and value (never ok)."""
     expected = expected or {}
     c = {}
     drv = rec.get('driver_version')
     want = expected.get('driver_version')
-    if want and not driver_matches(drv, want):
+    if _unaccounted(c, 'driver_version', rec, ['driver_version'], value=drv):
+        pass
+    elif want and not driver_matches(drv, want):
         c['driver_version'] = _chk('fail', 'driver %s, expected %s' % (drv, want), drv)
     else:
         c['driver_version'] = _chk('ok', 'driver %s' % drv, drv)
     pm = rec.get('persistence_mode')
     want_pm = expected.get('persistence_mode', True)
-    if pm is None:
-        c['persistence_mode'] = _chk('ok', 'persistence mode not reported', None)
+    if _unaccounted(c, 'persistence_mode', rec, ['persistence_mode'], value=pm):
+        pass
     elif bool(pm) == bool(want_pm):
         c['persistence_mode'] = _chk('ok', 'persistence mode %s' % ('enabled' if pm else 'disabled'), pm)
     else:
@@ -169,18 +231,30 @@ def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
             'enabled' if pm else 'disabled', 'enabled' if want_pm else 'disabled'), pm)
     vol, agg = rec.get('ecc_uncorrected_volatile'), rec.get('ecc_uncorrected_aggregate')
     val = {'volatile_uncorrected': vol, 'aggregate_uncorrected': agg}
-    if vol is None and agg is None:
-        c['ecc'] = _chk('ok', 'ECC counters not reported (ECC off or unsupported)', val)
+    if _unaccounted(c, 'ecc', rec, ['ecc_uncorrected_volatile', 'ecc_uncorrected_aggregate'],
+                    needed=expected.get('ecc', True), value=val):
+        pass
+    elif vol is None and agg is None:
+        c['ecc'] = _chk('ok', 'ECC counters not reported (expected.ecc is false: ECC off or unsupported)', val)
     elif vol:
         c['ecc'] = _chk('fail', '%d volatile uncorrectable ECC errors (aggregate %s)' % (vol, agg), val)
     elif agg:
         c['ecc'] = _chk('warn', '%d aggregate uncorrectable ECC errors (none since reset)' % agg, val)
     else:
         c['ecc'] = _chk('ok', 'no uncorrectable ECC errors', val)
+    # A GPU reports its memory repairs one way: retired pages (up to Volta) or row remapping (Ampere on).
+    # Neither reported is a GPU we cannot account for.
     pend, dbe = rec.get('retired_pages_pending'), rec.get('retired_pages_dbe')
+    rp, rf, ru = rec.get('remapped_rows_pending'), rec.get('remapped_rows_failure'), \
+        rec.get('remapped_rows_uncorrectable')
+    remaps = rp is not None or rf is not None
+    repairs_reported = expected.get('memory_repairs_reported', True)
     val = {'pending': pend, 'double_bit': dbe}
     max_dbe = expected.get('max_retired_pages', 60)
-    if pend:
+    if _unaccounted(c, 'retired_pages', rec, ['retired_pages_pending', 'retired_pages_dbe'],
+                    needed=repairs_reported and not remaps, value=val):
+        pass
+    elif pend:
         c['retired_pages'] = _chk('fail', 'page retirement pending (GPU reset needed), %s double-bit retired'
                                   % dbe, val)
     elif dbe is not None and dbe >= int(max_dbe):
@@ -189,22 +263,29 @@ def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
         c['retired_pages'] = _chk('warn', '%d double-bit retired pages' % dbe, val)
     else:
         c['retired_pages'] = _chk('ok', 'no pending page retirement' if pend is not None
-                                  else 'page retirement not reported (row remapping GPU)', val)
-    rp, rf, ru = rec.get('remapped_rows_pending'), rec.get('remapped_rows_failure'), \
-        rec.get('remapped_rows_uncorrectable')
+                                  else 'page retirement not reported (row remapping GPU)' if remaps
+                                  else 'not reported, as expected.memory_repairs_reported says', val)
     val = {'pending': rp, 'failure': rf, 'uncorrectable': ru}
-    if rf:
+    retires = pend is not None or dbe is not None
+    if _unaccounted(c, 'row_remap', rec, ['remapped_rows_pending', 'remapped_rows_failure',
+                                          'remapped_rows_uncorrectable'],
+                    needed=repairs_reported and not retires, value=val):
+        pass
+    elif rp is not None and (rf is None or ru is None):
+        c['row_remap'] = _chk('fail', 'nvidia-smi remapped_rows reported in part: %s' % val, val)
+    elif rf:
         c['row_remap'] = _chk('fail', 'row remapping failure occurred (RMA candidate)', val)
     elif rp:
-        sev = 'fail' if expected.get('row_remap_pending_fail') else 'warn'
+        sev = 'fail' if expected.get('row_remap_pending_fail', True) else 'warn'
         c['row_remap'] = _chk(sev, 'row remapping pending (GPU reset needed), %s uncorrectable' % ru, val)
     elif rp is None and rf is None:
-        c['row_remap'] = _chk('ok', 'row remapping not reported', val)
+        c['row_remap'] = _chk('ok', 'row remapping not reported (page retirement GPU)' if retires
+                              else 'not reported, as expected.memory_repairs_reported says', val)
     else:
         c['row_remap'] = _chk('ok', 'no pending row remap (%s uncorrectable rows remapped)' % ru, val)
     mine = [e for e in xid_events or [] if e['bus_id'] == rec.get('bus_id')]
     if xid_events is None:
-        c['xid'] = _chk('warn', 'kernel log not readable, Xid not checked', None)
+        c['xid'] = _chk('fail', 'Xid not checked: %s' % (kernel_log_error or 'kernel log not read'), None)
     elif not mine:
         c['xid'] = _chk('ok', 'no Xid events', [])
     else:
@@ -219,28 +300,36 @@ def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
     eg, ew = pcie.get('gen'), pcie.get('width')
     want_w = int(ew) if ew is not None else wm
     want_g = int(eg) if eg is not None else gm
-    if wc is not None and want_w is not None and wc < want_w:
+    if _unaccounted(c, 'pcie', rec, ['pcie_gen_current', 'pcie_gen_max', 'pcie_width_current', 'pcie_width_max'],
+                    value=val):
+        pass
+    elif wc > wm or gc > gm:
+        c['pcie'] = _chk('fail', 'nvidia-smi PCIe link above its maximum: gen %s of %s, x%s of x%s'
+                         % (gc, gm, wc, wm), val)
+    elif wc < want_w:
         c['pcie'] = _chk('fail', 'PCIe width x%s, expected x%s' % (wc, want_w), val)
-    elif eg is not None and gm is not None and gm < int(eg):
+    elif eg is not None and gm < int(eg):
         c['pcie'] = _chk('fail', 'PCIe max gen %s, expected gen %s' % (gm, eg), val)
-    elif gc is not None and want_g is not None and gc < want_g:
+    elif gc < want_g:
         c['pcie'] = _chk('warn', 'PCIe gen %s below gen %s (may be idle link power saving)' % (gc, want_g), val)
     else:
         c['pcie'] = _chk('ok', 'PCIe gen %s x%s' % (gc, wc), val)
     t = rec.get('temperature_c')
     slow = rec.get('slowdown_temp_c')
     alert = expected.get('temperature_alert_c')
-    if alert is None and slow is not None:
-        alert = slow - int(temperature_margin_c)
     val = {'current': t, 'alert': alert, 'slowdown': slow}
-    if t is None:
-        c['temperature'] = _chk('ok', 'temperature not reported', val)
-    elif slow is not None and t >= slow:
-        c['temperature'] = _chk('fail', '%s C at or above slowdown %s C' % (t, slow), val)
-    elif alert is not None and t >= alert:
-        c['temperature'] = _chk('warn', '%s C at or above alert %s C' % (t, alert), val)
+    if _unaccounted(c, 'temperature', rec, ['temperature_c', 'slowdown_temp_c'], value=val):
+        pass
     else:
-        c['temperature'] = _chk('ok', '%s C (alert %s C)' % (t, alert), val)
+        if alert is None:
+            alert = slow - int(temperature_margin_c)
+            val['alert'] = alert
+        if t >= slow:
+            c['temperature'] = _chk('fail', '%s C at or above slowdown %s C' % (t, slow), val)
+        elif t >= alert:
+            c['temperature'] = _chk('warn', '%s C at or above alert %s C' % (t, alert), val)
+        else:
+            c['temperature'] = _chk('ok', '%s C (alert %s C)' % (t, alert), val)
     hw = rec.get('throttle_hw_slowdown')
     ht = rec.get('throttle_hw_thermal')
     pb = rec.get('throttle_hw_power_brake')
@@ -250,6 +339,9 @@ def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
     active = [k for k in ('hw_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown') if val[k]]
     if active:
         c['throttle'] = _chk('fail', 'clock event reasons active: %s' % ', '.join(active), val)
+    elif _unaccounted(c, 'throttle', rec, ['throttle_hw_slowdown', 'throttle_hw_thermal', 'throttle_hw_power_brake',
+                                           'throttle_sw_thermal'], value=val):
+        pass
     elif st:
         c['throttle'] = _chk('warn', 'software thermal slowdown active', val)
     else:
@@ -257,48 +349,81 @@ def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5):
     draw, limit = rec.get('power_draw_w'), rec.get('power_limit_w')
     want_limit = expected.get('power_limit_watts')
     val = {'draw': draw, 'limit': limit}
-    if want_limit is not None and limit is not None and int(round(limit)) != int(want_limit):
+    if _unaccounted(c, 'power', rec, ['power_draw_w', 'power_limit_w'], value=val):
+        pass
+    elif want_limit is not None and int(round(limit)) != int(want_limit):
         c['power'] = _chk('warn', 'power limit %d W drifted from expected %d W' % (round(limit), int(want_limit)),
                           val)
-    elif draw is not None and limit is not None and draw > limit * 1.05:
+    elif draw > limit * 1.05:
         c['power'] = _chk('warn', 'power draw %.1f W above limit %.0f W' % (draw, limit), val)
     else:
         c['power'] = _chk('ok', 'power %s W of %s W' % (draw, limit), val)
     fs, fst = rec.get('fabric_state'), rec.get('fabric_status')
-    val = {'state': fs, 'status': fst}
+    val = {'state': fs, 'status': fst, 'fabric_manager': fabric_manager}
     if expected.get('nvswitch'):
         if fs == 'Completed' and fst == 'Success':
             c['fabric'] = _chk('ok', 'fabric registration Completed/Success', val)
         elif fs is None and fst is None:
-            # Pre-Hopper GPUs (A100) report no fabric registration; their NVSwitch fabric is
-            # Fabric Manager's alone, which the driver role checks as a service.
-            c['fabric'] = _chk('warn', 'GPU reports no fabric registration (pre-Hopper); '
-                               'Fabric Manager state not visible here', val)
+            # Pre-Hopper GPUs (A100) report no fabric registration: their NVSwitch fabric is Fabric
+            # Manager's alone, so its service state is the reading.
+            if fabric_manager == 'active':
+                c['fabric'] = _chk('ok', 'GPU reports no fabric registration (pre-Hopper); '
+                                   'nvidia-fabricmanager is active', val)
+            else:
+                c['fabric'] = _chk('fail', 'GPU reports no fabric registration (pre-Hopper) and '
+                                   'nvidia-fabricmanager is %s' % (fabric_manager or 'not checked'), val)
         else:
-            c['fabric'] = _chk('fail', 'fabric state %s status %s, expected Completed/Success '
+            c['fabric'] = _chk('fail', 'nvidia-smi fabric.state %r fabric.status %r, expected Completed/Success '
                                '(is nvidia-fabricmanager running?)' % (fs, fst), val)
+    elif fs is not None and fs not in FABRIC_STATES:
+        c['fabric'] = _chk('fail', 'nvidia-smi fabric.state %r is not a state nvidia-smi prints' % fs, val)
     else:
         c['fabric'] = _chk('ok', 'fabric not checked (no NVSwitch expected), state %s' % fs, val)
     return c
 
 
-def evaluate_health(records, expected, xid_events, fail_on=('fail',), temperature_margin_c=5):
-    """Returns (gpus, node, summary)."""
+def _duplicates(values):
+    seen, dup = set(), []
+    for v in values:
+        if v in seen and v not in dup:
+            dup.append(v)
+        seen.add(v)
+    return dup
+
+
+def evaluate_health(records, expected, xid_events, fail_on=('fail',), temperature_margin_c=5,
+                    fabric_manager=None, kernel_log_error=None):
+    """Returns (gpus, node, summary). fabric_manager: `systemctl is-active nvidia-fabricmanager`'s
+    answer (active, inactive, failed, unknown...) or None when it was not read."""
     expected = expected or {}
     gpus = []
     for rec in sorted(records, key=lambda r: r['index']):
         gpus.append({'index': rec['index'], 'name': rec.get('name'), 'uuid': rec.get('uuid'),
                      'bus_id': rec.get('bus_id'),
-                     'checks': evaluate_gpu(rec, expected, xid_events, temperature_margin_c)})
+                     'checks': evaluate_gpu(rec, expected, xid_events, temperature_margin_c, fabric_manager,
+                                            kernel_log_error)})
     node = {}
     n = len(records)
     want = expected.get('gpu_count')
-    if want is not None and n < int(want):
+    indexes = sorted(r['index'] for r in records)
+    dups = ['index %s' % v for v in _duplicates(r['index'] for r in records)]
+    for field in ('bus_id', 'uuid'):
+        values = [r.get(field) for r in records]
+        dups += ['%s %s' % (field, v) for v in _duplicates(values)]
+        if None in values:
+            dups.append('%s not reported by GPU %s' % (field, ', '.join(
+                str(r['index']) for r in records if r.get(field) is None)))
+    if n == 0:
+        node['count'] = _chk('fail', 'no GPUs found', 0)
+    elif dups:
+        node['count'] = _chk('fail', 'nvidia-smi rows do not describe distinct GPUs: %s' % '; '.join(dups), n)
+    elif indexes != list(range(n)):
+        node['count'] = _chk('fail', 'nvidia-smi GPU indexes %s, expected 0..%d' % (indexes, n - 1), indexes)
+    elif want is not None and n < int(want):
         node['count'] = _chk('fail', 'found %d GPUs, expected %d (%d missing)' % (n, int(want), int(want) - n), n)
     elif want is not None and n > int(want):
-        node['count'] = _chk('warn', 'found %d GPUs, expected %d' % (n, int(want)), n)
-    elif n == 0:
-        node['count'] = _chk('fail', 'no GPUs found', 0)
+        node['count'] = _chk('fail', 'found %d GPUs, expected %d (the profile does not match this node)'
+                             % (n, int(want)), n)
     else:
         node['count'] = _chk('ok', 'found %d GPUs' % n, n)
     versions = sorted(set(r.get('driver_version') or '' for r in records))
@@ -312,14 +437,12 @@ def evaluate_health(records, expected, xid_events, fail_on=('fail',), temperatur
                               versions[0] if versions else None)
     if expected.get('nvswitch'):
         bad = [str(g['index']) for g in gpus if g['checks']['fabric']['severity'] == 'fail']
-        unknown = [str(g['index']) for g in gpus if g['checks']['fabric']['severity'] == 'warn']
         if bad:
             node['fabric'] = _chk('fail', 'fabric not Completed/Success on GPU %s' % ', '.join(bad), bad)
-        elif unknown:
-            node['fabric'] = _chk('warn', 'fabric registration not reported by GPU %s' % ', '.join(unknown),
-                                  unknown)
         else:
-            node['fabric'] = _chk('ok', 'fabric Completed/Success on all GPUs', [])
+            node['fabric'] = _chk('ok', 'fabric Completed/Success on all GPUs' if fabric_manager is None or all(
+                g['checks']['fabric']['value']['state'] == 'Completed' for g in gpus)
+                else 'fabric managed by nvidia-fabricmanager (%s)' % fabric_manager, [])
     else:
         node['fabric'] = _chk('ok', 'fabric not checked (no NVSwitch expected)', None)
     bus_ids = set(r.get('bus_id') for r in records)

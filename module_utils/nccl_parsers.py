@@ -12,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.gpu_parsers import ParseError, utf8_input
 
 __metaclass__ = type
 
@@ -73,6 +73,7 @@ def _row(fields, lineno):
     }
 
 
+@utf8_input('all_reduce_perf')
 def parse_nccl_tests(text):
     """Parse nccl-tests output. Returns a dict:
 

@@ -7,7 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible.module_utils.gpu_parsers import ParseError
+from ansible.module_utils.gpu_parsers import ParseError, utf8_input
 
 __metaclass__ = type
 
@@ -43,6 +43,7 @@ def parse_sysfs_rate(value, what):
     return float(m.group(1))
 
 
+@utf8_input('ibstat')
 def parse_ibstat(text):
     """Parse `ibstat` output (tab or space indented). Returns {"cas": {name: {...ports}},
     "error": <trailing ibpanic/error line or None>}; ports keyed by number with state,
@@ -92,6 +93,7 @@ def parse_ibstat(text):
     return {'cas': cas, 'error': error}
 
 
+@utf8_input('show_gids')
 def parse_show_gids(text):
     """Parse MOFED `show_gids`. Returns list of {dev, port, index, gid, ipv4, ver, netdev}."""
     if not isinstance(text, str) or not text.strip():
@@ -123,6 +125,7 @@ def parse_show_gids(text):
     return out
 
 
+@utf8_input('ibdev2netdev')
 def parse_ibdev2netdev(text):
     """Parse `ibdev2netdev` (raw or `column -t`, `# comments` stripped).
     Returns a list of {dev, port, netdev, up (bool)}."""
@@ -141,6 +144,7 @@ def parse_ibdev2netdev(text):
     return out
 
 
+@utf8_input('ibv_devinfo')
 def parse_ibv_devinfo_mtu(text, port=1):
     """active_mtu of `port` from `ibv_devinfo -d <dev>` output ('active_mtu: 4096 (5)')."""
     cur = None

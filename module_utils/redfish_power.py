@@ -64,51 +64,143 @@ def find_power_limit_control(members):
     return None
 
 
+_DETECTOR_STATES = ('OK', 'Warning', 'Critical')
+_HEALTH = ('OK', 'Warning', 'Critical')
+# Coolant a BMC can report; anything outside is a sensor fault or a unit mix-up (Fahrenheit, millidegrees).
+COOLANT_RANGE_C = (-10.0, 100.0)
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value):
+    return value if isinstance(value, list) else []
+
+
 def _health_bad(status):
-    return (status or {}).get('Health') in ('Warning', 'Critical')
+    return _dict(status).get('Health') in ('Warning', 'Critical')
+
+
+def _status_problem(where, status, required=False):
+    """A reason when a Status is present but not Enabled with a known Health (or absent when required)."""
+    if status is None:
+        return '%s: no Status' % where if required else None
+    if not isinstance(status, dict):
+        return '%s: Status is %r, not an object' % (where, status)
+    state, health = status.get('State'), status.get('Health')
+    if state is not None and state != 'Enabled':
+        return '%s: Status.State is %r, not Enabled' % (where, state)
+    if health is not None and health not in _HEALTH:
+        return '%s: Status.Health is %r' % (where, health)
+    return None
+
+
+def _celsius(where, value):
+    """(reading, problem): a coolant temperature must be a number within COOLANT_RANGE_C."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, '%s is %r, not a number' % (where, value)
+    if value != value or not COOLANT_RANGE_C[0] <= value <= COOLANT_RANGE_C[1]:
+        return None, '%s is %r, outside %g..%g C' % ((where, value) + COOLANT_RANGE_C)
+    return float(value), None
 
 
 def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, leak_detectors=None):
     """Coolant inlet temperature and leak state from whatever the BMC offers.
 
     Returns {coolant_inlet_c: float|None, leak_detection: bool (a leak-detection resource exists),
-    leak_detected: bool, leaks: [names], sources: [resource names read]}.
+    leak_detected: bool, leaks: [names], sources: [resource names read], problems: [reasons]}.
+
+    Fails closed: a reading that is null, a string or out of range, a sensor or detector that is not
+    Enabled, or a detector state other than OK/Warning/Critical is a problem naming the resource, the
+    field and the value (never a healthy reading), and a detector in Warning or Critical is a leak whatever
+    a group or summary Status says.
     """
-    out = {'coolant_inlet_c': None, 'leak_detection': False, 'leak_detected': False, 'leaks': [], 'sources': []}
-    if thermal_subsystem:
+    out = {'coolant_inlet_c': None, 'leak_detection': False, 'leak_detected': False, 'leaks': [], 'sources': [],
+           'problems': []}
+    problems = out['problems']
+
+    def leak(name):
+        if name not in out['leaks']:
+            out['leaks'].append(name)
+
+    def detector(where, name, det):
+        det = _dict(det)
+        state = det.get('DetectorState')
+        if state in ('Warning', 'Critical'):
+            leak(name)
+        elif state != 'OK':
+            problems.append('%s: DetectorState is %r' % (where, state))
+        if _health_bad(det.get('Status')):
+            leak(name)
+        problem = _status_problem(where, det.get('Status'))
+        if problem:
+            problems.append(problem)
+
+    def groups(where, body):
+        for n, group in enumerate(_list(_dict(body).get('LeakDetectorGroups'))):
+            group = _dict(group)
+            name = group.get('GroupName') or 'leak detector group %d' % n
+            gwhere = '%s LeakDetectorGroups[%d]' % (where, n)
+            if _health_bad(group.get('Status')):
+                leak(name)
+            problem = _status_problem(gwhere, group.get('Status'))
+            if problem:
+                problems.append(problem)
+            for k, det in enumerate(_list(group.get('Detectors'))):
+                detector('%s Detectors[%d]' % (gwhere, k), name, det)
+
+    if thermal_subsystem is not None and not isinstance(thermal_subsystem, dict):
+        problems.append('ThermalSubsystem is %r, not an object' % (thermal_subsystem,))
+    elif thermal_subsystem:
         out['sources'].append('ThermalSubsystem')
-        reading = ((thermal_subsystem.get('Coolant') or {}).get('InletTemperatureCelsius') or {}).get('Reading')
-        if reading is not None:
-            out['coolant_inlet_c'] = float(reading)
+        coolant = thermal_subsystem.get('Coolant')
+        if coolant is not None:
+            inlet = _dict(coolant).get('InletTemperatureCelsius')
+            if inlet is not None:
+                out['coolant_inlet_c'], problem = _celsius(
+                    'ThermalSubsystem Coolant.InletTemperatureCelsius.Reading', _dict(inlet).get('Reading'))
+                if problem:
+                    problems.append(problem)
         inline = thermal_subsystem.get('LeakDetection')
         if isinstance(inline, dict) and ('Status' in inline or 'LeakDetectorGroups' in inline):
             out['leak_detection'] = True
-            for group in inline.get('LeakDetectorGroups') or []:
-                if _health_bad(group.get('Status')):
-                    out['leaks'].append(group.get('GroupName') or 'leak detector group')
-            if not out['leaks'] and _health_bad(inline.get('Status')):
-                out['leaks'].append('LeakDetection')
-    if leak_detection:
+            groups('ThermalSubsystem LeakDetection', inline)
+            if _health_bad(inline.get('Status')) and not out['leaks']:
+                leak('LeakDetection')
+            problem = _status_problem('ThermalSubsystem LeakDetection', inline.get('Status'))
+            if problem:
+                problems.append(problem)
+    if leak_detection is not None:
         out['sources'].append('LeakDetection')
         out['leak_detection'] = True
-        for group in leak_detection.get('LeakDetectorGroups') or []:
-            if _health_bad(group.get('Status')) or group.get('DetectorState') in ('Warning', 'Critical'):
-                name = group.get('GroupName') or 'leak detector group'
-                if name not in out['leaks']:
-                    out['leaks'].append(name)
-    for det in leak_detectors or []:
+        if not isinstance(leak_detection, dict):
+            problems.append('LeakDetection is %r, not an object' % (leak_detection,))
+        else:
+            groups('LeakDetection', leak_detection)
+            problem = _status_problem('LeakDetection', leak_detection.get('Status'))
+            if problem:
+                problems.append(problem)
+    for n, det in enumerate(_list(leak_detectors)):
         out['leak_detection'] = True
-        if det.get('DetectorState') in ('Warning', 'Critical') or _health_bad(det.get('Status')):
-            name = det.get('Name') or det.get('Id') or 'leak detector'
-            if name not in out['leaks']:
-                out['leaks'].append(name)
-    if thermal:
+        det = _dict(det)
+        name = det.get('Name') or det.get('Id') or 'leak detector %d' % n
+        detector('LeakDetector %s' % (det.get('Id') or n), name, det)
+    if thermal is not None and not isinstance(thermal, dict):
+        problems.append('Thermal is %r, not an object' % (thermal,))
+    elif thermal:
         out['sources'].append('Thermal')
-        if out['coolant_inlet_c'] is None:
-            for temp in thermal.get('Temperatures') or []:
-                if temp.get('PhysicalContext') == 'LiquidInlet' and temp.get('ReadingCelsius') is not None:
-                    out['coolant_inlet_c'] = float(temp['ReadingCelsius'])
-                    break
+        for n, temp in enumerate(_list(thermal.get('Temperatures'))):
+            temp = _dict(temp)
+            if temp.get('PhysicalContext') != 'LiquidInlet':
+                continue
+            where = 'Thermal Temperatures[%d] (%s)' % (n, temp.get('Name') or 'LiquidInlet')
+            problem = _status_problem(where, temp.get('Status'))
+            reading, bad = _celsius(where + ' ReadingCelsius', temp.get('ReadingCelsius'))
+            if problem or bad:
+                problems.extend(p for p in (problem, bad) if p)
+            elif out['coolant_inlet_c'] is None:
+                out['coolant_inlet_c'] = reading
     out['leak_detected'] = bool(out['leaks'])
     return out
 

@@ -408,6 +408,18 @@ A100_CSV_MAP = {
     "clocks.max.graphics [MHz]": "max_clocks/graphics_clock", "clocks.max.sm [MHz]": "max_clocks/sm_clock",
     "clocks.max.memory [MHz]": "max_clocks/mem_clock",
     "fabric.state": "fabric/state", "fabric.status": "fabric/status",
+    "retired_pages.double_bit.count": "retired_pages/double_bit_retirement/retired_count",
+    "retired_pages.pending": "retired_pages/pending_retirement",
+    "clocks_event_reasons.gpu_idle": "clocks_event_reasons/clocks_event_reason_gpu_idle",
+    "clocks_event_reasons.applications_clocks_setting":
+        "clocks_event_reasons/clocks_event_reason_applications_clocks_setting",
+    "clocks_event_reasons.sw_power_cap": "clocks_event_reasons/clocks_event_reason_sw_power_cap",
+    "clocks_event_reasons.hw_slowdown": "clocks_event_reasons/clocks_event_reason_hw_slowdown",
+    "clocks_event_reasons.hw_thermal_slowdown": "clocks_event_reasons/clocks_event_reason_hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown":
+        "clocks_event_reasons/clocks_event_reason_hw_power_brake_slowdown",
+    "clocks_event_reasons.sw_thermal_slowdown": "clocks_event_reasons/clocks_event_reason_sw_thermal_slowdown",
+    "clocks_event_reasons.sync_boost": "clocks_event_reasons/clocks_event_reason_sync_boost",
 }
 
 

@@ -1,8 +1,11 @@
 """Run roles/preflight against every inventory in tests/bad_inventories.
 
-Each bad case must fail before anything changes: non-zero exit, every line of its expected_error.txt
-in the output, no host reaching the second play (its marker file absent, changed=0 everywhere), and
-no secret value in the output. The `good` case must pass and reach the second play.
+`good` is a valid inventory; every other case is `good` with one mistake, its inventory.diff (a unified diff
+that `git apply` puts over a copy of good). Each bad case must fail before anything changes: non-zero exit,
+every line of its expected_error.txt in the output, no host reaching the second play (its marker file absent,
+changed=0 everywhere), and no secret value in the output. A case whose expected_error.txt starts with
+"[ERROR]" is refused by Ansible itself (ansible.cfg: an inventory that does not parse, a duplicate YAML key)
+before the preflight play starts. The `good` case must pass and reach the second play.
 
 The runs are started together once per session (each is a separate ansible-playbook process) and
 the tests then check their results, so the suite takes about as long as its slowest few runs.
@@ -10,6 +13,7 @@ the tests then check their results, so the suite takes about as long as its slow
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +31,17 @@ BAD_CASES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "expected_error.t
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
 
 
+def inventory(case, tmp_dir):
+    """The case's inventory: good itself, or a copy of good with the case's diff applied."""
+    if case == "good":
+        return CASES_DIR / "good"
+    target = Path(tmp_dir) / case
+    shutil.copytree(CASES_DIR / "good", target)
+    subprocess.run(["git", "apply", "-p1", str(CASES_DIR / case / "inventory.diff")], cwd=target, check=True,
+                   capture_output=True)
+    return target
+
+
 def _run(case, tmp_dir):
     marker = Path(tmp_dir) / ("%s.marker" % case)
     env = dict(os.environ)
@@ -39,7 +54,7 @@ def _run(case, tmp_dir):
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
     })
     proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-v", "-i", str(CASES_DIR / case), str(PLAYBOOK),
+        [str(ANSIBLE_PLAYBOOK), "-v", "-i", str(inventory(case, tmp_dir)), str(PLAYBOOK),
          "-e", "preflight_test_marker=%s" % marker],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "marker": marker}
@@ -68,6 +83,16 @@ def test_corpus_is_large_enough():
 
 
 @pytest.mark.parametrize("case", BAD_CASES)
+def test_each_case_is_good_with_one_change(case):
+    """A case holds only its diff over good and its expected error, and the diff is small."""
+    files = sorted(p.name for p in (CASES_DIR / case).iterdir())
+    assert files == ["expected_error.txt", "inventory.diff"], files
+    changed = [line for line in (CASES_DIR / case / "inventory.diff").read_text().splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert 0 < len(changed) <= 30, changed
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
 def test_bad_inventory_fails_before_any_change(case, results):
     res = results[case]
     out = res["out"]
@@ -76,9 +101,13 @@ def test_bad_inventory_fails_before_any_change(case, results):
     assert res["rc"] != 0, out[-3000:]
     for line in expected:
         assert line in out, "%r not in output:\n%s" % (line, out[-3000:])
-    assert "Preflight found" in out
     assert not res["marker"].exists(), "the second play ran"
     recap = _recap(out)
+    if expected[0].startswith("[ERROR]"):  # refused by Ansible before any play ran a task
+        assert recap == {} and "TASK [" not in out, out[-3000:]
+        _assert_no_secret(out)
+        return
+    assert "Preflight found" in out
     assert recap, out[-3000:]
     assert "localhost" not in recap, "the second play ran"
     assert all(changed == 0 for changed, _ in recap.values()), recap

@@ -8,11 +8,19 @@ import sys
 
 import ansible.module_utils
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE_UTILS = os.path.join(ROOT, 'module_utils')
 LIBRARY = os.path.join(ROOT, 'library')
 FIXTURES = os.path.join(ROOT, 'tests', 'fixtures')
+set_hypothesis_home_dir(os.path.join(ROOT, '.cache', 'hypothesis'))
+
+# Property tests draw the same examples every run (no example database, no clock-based deadline): a failure
+# in CI is one a developer reproduces by running the test again.
+settings.register_profile("gpulab", database=None, derandomize=True, deadline=None)
+settings.load_profile("gpulab")
 
 if MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.insert(0, MODULE_UTILS)

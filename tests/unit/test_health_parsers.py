@@ -242,11 +242,12 @@ def test_grading_healthy_h100():
     ({'retired_pages_pending': True}, 'retired_pages', 'fail', 'pending'),
     ({'retired_pages_dbe': 61}, 'retired_pages', 'fail', 'limit 60'),
     ({'retired_pages_dbe': 5}, 'retired_pages', 'warn', '5 double-bit'),
-    ({'remapped_rows_pending': True}, 'row_remap', 'warn', 'pending'),
+    ({'remapped_rows_pending': True}, 'row_remap', 'fail', 'reset needed'),
     ({'remapped_rows_failure': True}, 'row_remap', 'fail', 'failure'),
     ({'pcie_width_current': 8}, 'pcie', 'fail', 'width x8'),
     ({'pcie_gen_current': 1}, 'pcie', 'warn', 'gen 1 below gen 5'),
-    ({'pcie_gen_max': 4}, 'pcie', 'fail', 'max gen 4'),
+    ({'pcie_gen_max': 4, 'pcie_gen_current': 4}, 'pcie', 'fail', 'max gen 4'),
+    ({'pcie_gen_max': 4}, 'pcie', 'fail', 'above its maximum: gen 5 of 4'),
     ({'temperature_c': 84}, 'temperature', 'warn', 'alert'),
     ({'temperature_c': 99}, 'temperature', 'fail', 'slowdown'),
     ({'throttle_hw_slowdown': True}, 'throttle', 'fail', 'hw_slowdown'),
@@ -254,7 +255,7 @@ def test_grading_healthy_h100():
     ({'throttle_sw_thermal': True}, 'throttle', 'warn', 'software thermal'),
     ({'power_limit_w': 650.0}, 'power', 'warn', 'drifted'),
     ({'fabric_state': 'In Progress'}, 'fabric', 'fail', 'In Progress'),
-    ({'fabric_state': None, 'fabric_status': None}, 'fabric', 'warn', 'pre-Hopper'),
+    ({'fabric_state': None, 'fabric_status': None}, 'fabric', 'fail', 'nvidia-fabricmanager is not checked'),
     ({'persistence_mode': False}, 'persistence_mode', 'warn', 'disabled'),
     ({'driver_version': '550.54.15'}, 'driver_version', 'fail', 'expected 535'),
 ])
@@ -281,10 +282,11 @@ def test_missing_gpu_and_xid_mapping():
     assert 'node count' in summary['failed_checks'] and 'GPU2 xid' in summary['failed_checks']
 
 
-def test_unreadable_kernel_log_warns():
-    gpus, node, summary = evaluate_health(_h100_records(), {}, None)
-    assert gpus[0]['checks']['xid']['severity'] == 'warn'
-    assert summary['fail_on_hits'] == [] or all('warn' not in h for h in summary['fail_on_hits'])
+def test_unreadable_kernel_log_fails_with_the_reason():
+    gpus, node, summary = evaluate_health(_h100_records(), {}, None, kernel_log_error='dmesg failed (rc=1: EPERM)')
+    assert gpus[0]['checks']['xid'] == {'severity': 'fail', 'value': None,
+                                        'message': 'Xid not checked: dmesg failed (rc=1: EPERM)'}
+    assert 'GPU0 xid' in summary['failed_checks']
 
 
 def test_prometheus_render():

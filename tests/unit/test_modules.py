@@ -169,14 +169,13 @@ def test_gpu_health_xid_and_missing_gpu_fail(tmp_path):
     assert res['gpus'][0]['checks']['xid']['value'] == [79]
 
 
-def test_gpu_health_dmesg_not_permitted_warns():
+def test_gpu_health_dmesg_not_permitted_fails_closed():
     res, failed, _ = run_module(gpu_health.main, {}, _health_responses(
         dmesg=(1, '', 'dmesg: read kernel buffer failed: Operation not permitted')))
-    assert not failed
-    assert res['gpus'][0]['checks']['xid']['severity'] == 'warn' and res['xid_events'] is None
-    res, failed, _ = run_module(gpu_health.main, {'fail_on': ['warn', 'fail']}, _health_responses(
-        dmesg=(1, '', 'Operation not permitted')))
-    assert failed and 'GPU0 xid' in res['msg']
+    assert failed and res['xid_events'] is None
+    assert res['gpus'][0]['checks']['xid']['severity'] == 'fail'
+    assert ('GPU0 xid (fail: Xid not checked: dmesg failed (rc=1: dmesg: read kernel buffer failed: '
+            'Operation not permitted))') in res['msg']
 
 
 def test_gpu_health_dmesg_xid_fixture_on_h100_8gpu():

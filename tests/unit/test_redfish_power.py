@@ -97,7 +97,7 @@ def test_read_only_reports_cooling(lab):
     result, failed = lab.run()
     assert not failed and not result["changed"]
     assert result["cooling"] == {"coolant_inlet_c": 32.0, "leak_detection": True, "leak_detected": False,
-                                 "leaks": [], "sources": ["ThermalSubsystem", "LeakDetection", "Thermal"]}
+                                 "leaks": [], "sources": ["ThermalSubsystem", "LeakDetection", "Thermal"], "problems": []}
 
 
 def test_a_leak_is_reported_by_detector(tmp_path, cert):
@@ -206,7 +206,7 @@ def test_cooling_summary_reads_old_thermal_only():
     thermal = {"Temperatures": [{"PhysicalContext": "Intake", "ReadingCelsius": 20},
                                 {"PhysicalContext": "LiquidInlet", "ReadingCelsius": 30.5}]}
     assert cooling_summary(thermal=thermal) == {"coolant_inlet_c": 30.5, "leak_detection": False,
-                                                "leak_detected": False, "leaks": [], "sources": ["Thermal"]}
+                                                "leak_detected": False, "leaks": [], "sources": ["Thermal"], "problems": []}
 
 
 def test_ipmi_fallback_sets_activates_and_reads_back_with_the_password_in_the_environment():
