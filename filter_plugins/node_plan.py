@@ -2,6 +2,8 @@
 the node_exporter health timer both use, so an alert and the readiness report judge against the same
 expectations."""
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -9,7 +11,7 @@ def gpu_health_expected(profiles, name, power_limit_watts=None, driver_version=N
     """gpu_health's `expected` for hardware profile `name` of the catalogue `profiles` (hardware_profiles
     combined with hardware_profiles_extra). power_limit_watts: the limit in effect (empty: the profile's
     default); driver_version: branch or version every GPU must report (empty: not checked)."""
-    if not isinstance(profiles, dict) or name not in profiles:
+    if not isinstance(profiles, Mapping) or name not in profiles:
         raise AnsibleFilterError("gpu_health_expected: %r is not a hardware profile (known: %s)"
                                  % (name, ", ".join(sorted(profiles or {}))))
     p = profiles[name]

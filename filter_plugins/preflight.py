@@ -1,0 +1,543 @@
+"""Preflight: every rule an inventory must satisfy before anything changes, as one Python function.
+
+`preflight_report(groups, hostvars, settings)` runs every check over the whole inventory (all hosts, not only
+the play's, so a --limit run still sees a clash with a host it leaves out) and returns the report lines:
+one per problem, "<host(s)>: <variable> ...", identical problems on several hosts merged into one line.
+One failing check never hides another: each check adds findings, none raises. roles/preflight calls it
+once and fails with every line.
+
+Checks are a registry (CHECKS): adding one is one function `check(ctx)` yielding (host, text) and its test.
+A secret's value never appears in a finding: secrets are only tested for presence and emptiness.
+"""
+
+import glob
+import ipaddress
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# power.py of this directory (rack budgets): importable by name however Ansible loaded this file
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from power import power_rack_report  # noqa: E402  pylint: disable=wrong-import-position
+
+_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
+_RAIL_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,14}$")
+DISTANCES = ("PIX", "PXB", "PHB", "NODE", "SYS")
+RAIL_HOST_OFFSET = 11  # filter_plugins/network.py: rail addresses start at .11
+
+
+class Ctx:
+    """What the checks read: the inventory (groups, hostvars) and the role's settings."""
+
+    def __init__(self, groups, hostvars, settings):
+        self.groups = groups or {}
+        self.hostvars = hostvars
+        self.s = settings
+        self.all = list(self.groups.get("all") or [])
+        self.gpu = list(self.groups.get(settings.get("gpu_group", "gpu_nodes")) or [])
+        self.profiles = settings.get("profiles") or {}
+        self._cache = {}
+
+    def var(self, host, name, default=None):
+        """A host's variable (templated by Ansible on access), default when unset; errors are findings."""
+        key = (host, name)
+        if key not in self._cache:
+            try:
+                hv = self.hostvars[host]
+                self._cache[key] = (hv[name], None) if name in hv else (default, None)
+            except Exception as e:  # noqa: BLE001 - a variable that cannot be evaluated is a finding
+                self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, str(e).splitlines()[0][:200]))
+        return self._cache[key][0]
+
+    def has(self, host, name):
+        try:
+            return name in self.hostvars[host]
+        except Exception:  # noqa: BLE001
+            return False
+
+    def errors(self):
+        return [(h, err) for (h, _n), (_v, err) in sorted(self._cache.items()) if err]
+
+
+def _is_seq(value):
+    """A list as Ansible hands it over (a list, or a lazy tuple of a templated value)."""
+    return isinstance(value, (list, tuple))
+
+
+def _plain(value):
+    """Lists, tuples and mappings as plain lists and dicts, to compare values however Ansible built them."""
+    if isinstance(value, Mapping):
+        return dict((k, _plain(v)) for k, v in value.items())
+    if _is_seq(value):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _network(value):
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_network(value, strict=True) if "/" in value else None
+    except ValueError:
+        return None
+
+
+def _address(value):
+    try:
+        return ipaddress.ip_address(str(value)) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _capacity(net):
+    last = net.num_addresses - 2 if net.version == 4 and net.prefixlen < 31 else net.num_addresses - 1
+    return max(last - RAIL_HOST_OFFSET + 1, 0)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+def check_controller(ctx):
+    s = ctx.s
+    for what, have, want, var in (("ansible-core", s.get("ansible_version"), s.get("supported_ansible_min"),
+                                   "preflight_supported_ansible_min"),
+                                  ("Python", s.get("python_version"), s.get("supported_python_min"),
+                                   "preflight_supported_python_min")):
+        try:
+            older = _version(have) < _version(want)
+        except ValueError:
+            yield "controller", "%s version %r or %s %r is not a version" % (what, have, var, want)
+            continue
+        if older:
+            extra = " (%s)" % s["python"] if what == "Python" and s.get("python") else ""
+            yield "controller", "%s %s%s is older than %s %s" % (what, have, extra, var, want)
+
+
+def _version(text):
+    parts = re.findall(r"\d+", str(text or ""))
+    if not parts:
+        raise ValueError(text)
+    return tuple(int(p) for p in parts[:3])
+
+
+def check_host_names(ctx):
+    for host in ctx.all:
+        if _address(host):
+            continue
+        labels = host.split(".")
+        if len(host) > 253 or not all(_LABEL_RE.match(label) for label in labels) or not host.isascii():
+            yield host, ("inventory_hostname %r is not a host name of ASCII letters, digits and inner hyphens "
+                         "(RFC 1123 labels of 1-63 characters)" % host)
+    short = {}
+    for host in ctx.all:
+        if not _address(host):
+            short.setdefault(host.lower().split(".")[0], []).append(host)
+    for name, holders in sorted(short.items()):
+        if len(holders) > 1:
+            yield ", ".join(holders), ("inventory_hostname: short name '%s' is used by %d hosts (names are compared "
+                                       "without case and domain)" % (name, len(holders)))
+
+
+def check_addresses(ctx):
+    mgmt_var = ctx.s.get("mgmt_subnet_var", "mgmt_subnet")
+    used = {}
+    for host in ctx.all:
+        if not ctx.has(host, "ansible_host"):
+            yield host, "ansible_host is not set (every host needs its management address)"
+            continue
+        addr = ctx.var(host, "ansible_host")
+        ip = _address(addr)
+        if ip is None:
+            yield host, "ansible_host '%s' is not an IP address" % (addr,)
+        else:
+            used.setdefault(str(ip), []).append(host)
+        raw = ctx.var(host, mgmt_var, "")
+        net = _network(raw)
+        if raw in (None, ""):
+            yield host, "%s is not set" % mgmt_var
+        elif net is None:
+            yield host, ("%s '%s' is not a valid subnet (expected a network address and prefix length, "
+                         "e.g. 198.18.0.0/24)" % (mgmt_var, raw))
+        elif ip is not None and (ip not in net or (net.num_addresses > 2 and ip in (net.network_address,
+                                                                                   net.broadcast_address))):
+            yield host, "ansible_host %s is outside %s %s" % (ip, mgmt_var, net)
+    for addr, holders in sorted(used.items()):
+        if len(holders) > 1:
+            yield ", ".join(holders), "ansible_host %s is used by %d hosts" % (addr, len(holders))
+
+
+def check_gpu_nodes(ctx):
+    group = ctx.s.get("gpu_group", "gpu_nodes")
+    prefix = ctx.s.get("rack_prefix", "rack_")
+    if not ctx.gpu:
+        yield "inventory", "group %s is missing or empty (preflight_gpu_group)" % group
+    if not ctx.profiles:
+        yield group, ("hardware_profiles is empty or not loaded (the play loads playbooks/vars/hardware_profiles.yml"
+                      " through vars_files)")
+    indexes = {}
+    for host in ctx.gpu:
+        if not ctx.has(host, "node_index"):
+            yield host, "node_index is not set (every host in %s needs one)" % group
+        else:
+            index = ctx.var(host, "node_index")
+            if not _is_int(index) or index < 0:
+                yield host, "node_index '%s' is not an integer of 0 or more%s" % (
+                    index, " (a string: write it without quotes)"
+                    if isinstance(index, str) and index.isdigit() else "")
+            else:
+                indexes.setdefault(index, []).append(host)
+        if ctx.profiles:
+            name = ctx.var(host, "hardware_profile")
+            if name is None or not isinstance(name, str) or name not in ctx.profiles:
+                yield host, "%s (known: %s)" % (
+                    "hardware_profile is not set" if name is None else "hardware_profile '%s' is not a known profile"
+                    % (name,), ", ".join(sorted(ctx.profiles)))
+        racks = sorted(g for g in _group_names(ctx, host) if g.startswith(prefix))
+        if len(racks) != 1:
+            yield host, ("group_names: %s; every host in %s belongs to exactly one %s* child group"
+                         % ("in no rack group" if not racks else "in %d rack groups (%s)" % (len(racks), ", ".join(racks)),
+                            group, prefix))
+    for index, holders in sorted(indexes.items()):
+        if len(holders) > 1:
+            yield ", ".join(holders), "node_index %d is used by %d GPU nodes" % (index, len(holders))
+    for host in ctx.all:
+        if host in ctx.gpu:
+            continue
+        racks = sorted(g for g in _group_names(ctx, host) if g.startswith(prefix))
+        if racks:
+            yield host, "group_names: in rack group %s but not in %s" % (", ".join(racks), group)
+
+
+def _group_names(ctx, host):
+    return [g for g, members in ctx.groups.items() if g not in ("all", "ungrouped") and host in (members or [])]
+
+
+def check_rails(ctx):
+    if not ctx.gpu:
+        return
+    var = ctx.s.get("rails_var", "rdma_rails")
+    group = ctx.s.get("gpu_group", "gpu_nodes")
+    first = ctx.gpu[0]
+    rails = ctx.var(first, var, [])
+    for host in ctx.gpu[1:]:
+        if _plain(ctx.var(host, var, [])) != _plain(rails):
+            yield host, ("%s differs from the one %s has (rails are cluster-wide: set them once, in group_vars)"
+                         % (var, first))
+    if not _is_seq(rails) or not rails:
+        yield group, "%s is not set or is not a list of rails (name, subnet, mtu)" % var
+        return
+    lo, hi = int(ctx.s.get("mtu_min", 1280)), int(ctx.s.get("mtu_max", 9216))
+    mgmt_var = ctx.s.get("mgmt_subnet_var", "mgmt_subnet")
+    mgmt = _network(ctx.var(first, mgmt_var, ""))
+    nets, names = [], {}
+    for i, rail in enumerate(rails):
+        rail = rail if isinstance(rail, Mapping) else {}
+        name = rail.get("name")
+        label = "%s[%d] (%s)" % (var, i, name if name is not None else "?")
+        if not isinstance(name, str) or not _RAIL_NAME_RE.match(name):
+            yield group, ("%s: name %r is not a rail name (a lower-case letter, then letters, digits, - or _; "
+                          "at most 15 characters, as a netdev name)" % (label, name))
+        else:
+            names.setdefault(name, []).append(i)
+        net = _network(rail.get("subnet"))
+        if net is None:
+            yield group, ("%s: subnet '%s' is not a valid subnet (expected a network address and prefix length, "
+                          "e.g. 198.18.1.0/24)" % (label, rail.get("subnet", "")))
+        else:
+            nets.append((i, name, net))
+            if mgmt is not None and mgmt.version == net.version and net.overlaps(mgmt):
+                yield group, "%s: subnet %s overlaps %s %s" % (label, net, mgmt_var, mgmt)
+            room = _capacity(net)
+            if room < len(ctx.gpu):
+                yield group, "%s: subnet %s has room for %d GPU nodes, %s has %d" % (label, net, room, group,
+                                                                                    len(ctx.gpu))
+            else:
+                for host in ctx.gpu:
+                    index = ctx.var(host, "node_index")
+                    if _is_int(index) and index >= room:
+                        yield host, ("node_index %d does not fit %s (%s) subnet %s (room for node_index 0-%d)"
+                                     % (index, var, name, net, room - 1))
+        mtu = rail.get("mtu", "")
+        if not _is_int(mtu) or not lo <= mtu <= hi:
+            yield group, "%s: mtu '%s' is outside %d-%d" % (label, mtu, lo, hi)
+    for name, where in sorted(names.items()):
+        if len(where) > 1:
+            yield group, "%s: rail name '%s' is used by %s" % (var, name, ", ".join("%s[%d]" % (var, i) for i in where))
+    for a in range(len(nets)):
+        for b in range(a + 1, len(nets)):
+            (ia, na, neta), (ib, nb, netb) = nets[a], nets[b]
+            if neta.version == netb.version and neta.overlaps(netb):
+                yield group, "%s[%d] (%s): subnet %s overlaps %s[%d] (%s) subnet %s" % (
+                    var, ia, na, neta, var, ib, nb, netb)
+
+
+def check_secrets(ctx):
+    """Required secrets: set and not empty on every host, and never plain text in an inventory file."""
+    default = list(ctx.s.get("required_secrets") or [])
+    wanted_all = set(default)
+    for host in ctx.all:
+        wanted = ctx.var(host, "preflight_required_secrets", default)
+        wanted = wanted if _is_seq(wanted) else default
+        wanted_all.update(w for w in wanted if isinstance(w, str))
+        for name in wanted:
+            if not ctx.has(host, name):
+                yield host, ("secret %s is not defined (supply it from Ansible Vault or an AWX credential)" % name)
+                continue
+            value = ctx.var(host, name)
+            if value is None or not str(value).strip():
+                yield host, "secret %s is empty" % name
+    for path, name in plain_text_secrets(ctx.s.get("inventory_sources") or [], sorted(wanted_all)):
+        yield "inventory", ("secret %s is plain text in %s (encrypt it with ansible-vault encrypt_string, or pass it "
+                            "as an extra var or AWX credential)" % (name, path))
+
+
+def plain_text_secrets(sources, names):
+    """(file, variable) for every inventory file that gives a secret a plain string: not !vault, not a
+    whole-file vault, not a template that reads it from elsewhere."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    class Loader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        pass
+
+    Loader.add_constructor("!vault", lambda loader, node: _Vaulted())
+    Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+    found = []
+    for path in _inventory_files(sources):
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        if raw.lstrip().startswith(b"$ANSIBLE_VAULT"):
+            continue
+        try:
+            doc = yaml.load(raw.decode("utf-8", "replace"), Loader=Loader)  # noqa: S506 - SafeLoader subclass
+        except yaml.YAMLError:
+            continue  # not YAML (an ini inventory): Ansible's own parser judges it
+        for name in _plain_keys(doc, set(names)):
+            found.append((path, name))
+    return sorted(set(found))
+
+
+class _Vaulted:
+    pass
+
+
+def _plain_keys(node, names):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in names and isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+                    and "{{" not in str(value) and str(value).strip():
+                yield key
+            else:
+                for inner in _plain_keys(value, names):
+                    yield inner
+    elif isinstance(node, list):
+        for item in node:
+            for inner in _plain_keys(item, names):
+                yield inner
+
+
+def _inventory_files(sources):
+    out = []
+    for source in sources if _is_seq(sources) else [sources]:
+        if not isinstance(source, str) or not os.path.exists(source):
+            continue
+        base = source if os.path.isdir(source) else os.path.dirname(source)
+        if os.path.isfile(source):
+            out.append(source)
+        else:
+            out += [p for p in glob.glob(os.path.join(source, "*")) if os.path.isfile(p)]
+        for sub in ("group_vars", "host_vars"):
+            for root, _dirs, files in os.walk(os.path.join(base, sub)):
+                out += [os.path.join(root, f) for f in files]
+    return sorted(set(p for p in out if p.endswith((".yml", ".yaml", ".json")) or "." not in os.path.basename(p)))
+
+
+def check_profiles(ctx):
+    """Every profile of the catalogue (the shipped one and hardware_profiles_extra) follows the schema."""
+    for name, profile in sorted(ctx.profiles.items()):
+        for problem in profile_problems(profile):
+            yield "hardware_profiles", "profile %s: %s" % (name, problem)
+
+
+def profile_problems(p):
+    if not isinstance(p, Mapping):
+        return ["is %r, not a mapping" % (p,)]
+    out = []
+
+    def need(key, ok, what):
+        if key not in p:
+            out.append("%s is missing (%s)" % (key, what))
+        elif not ok(p[key]):
+            out.append("%s=%r is not %s" % (key, p[key], what))
+
+    def pos_int(v):
+        return _is_int(v) and v > 0
+
+    def sub(key, fields, what):
+        v = p.get(key)
+        return isinstance(v, Mapping) and all(f in v and check(v[f]) for f, check in fields)
+
+    need("gpu_name", lambda v: isinstance(v, str) and v.strip(), "a product name")
+    need("gpu_count", pos_int, "a positive integer")
+    need("nvswitch", lambda v: isinstance(v, bool), "true or false")
+    need("nvlink", lambda v: sub("nvlink", [("link_code", lambda c: c is None or re.match(r"^NV\d+$", str(c))),
+                                            ("links_per_gpu", lambda n: _is_int(n) and n >= 0)], ""),
+         "{link_code: NV<n> or null, links_per_gpu: integer}")
+    need("nic_count", lambda v: _is_int(v) and v >= 0, "an integer of 0 or more")
+    need("nic_max_distance", lambda v: v in DISTANCES, "one of %s" % ", ".join(DISTANCES))
+    need("pcie", lambda v: sub("pcie", [("gen", lambda g: _is_int(g) and 1 <= g <= 6),
+                                        ("width", lambda w: w in (1, 2, 4, 8, 16, 32))], ""),
+         "{gen: 1-6, width: 1, 2, 4, 8, 16 or 32}")
+    need("power_watts", lambda v: sub("power_watts", [("min", pos_int), ("max", pos_int), ("default", pos_int)], "")
+         and v["min"] <= v["default"] <= v["max"], "{min, default, max}: positive integers, min <= default <= max")
+    need("temperature_c", lambda v: sub("temperature_c", [("slowdown", _is_int), ("alert", _is_int)], "")
+         and 0 < v["alert"] < v["slowdown"] <= 150, "{slowdown, alert}: integers, 0 < alert < slowdown <= 150")
+    if "memory_repairs_reported" in p and not isinstance(p["memory_repairs_reported"], bool):
+        out.append("memory_repairs_reported=%r is not true or false" % (p["memory_repairs_reported"],))
+    known = {"description", "gpu_name", "gpu_count", "nvswitch", "nvlink", "nic_count", "nic_max_distance", "pcie",
+             "power_watts", "temperature_c", "memory_repairs_reported", "acceptance_model"}
+    for key in sorted(set(p) - known):
+        out.append("%s is not a profile key (known: %s)" % (key, ", ".join(sorted(known))))
+    return out
+
+
+def check_power(ctx):
+    """Rack budgets (power_rack_report), and each GPU node's power settings within its profile's range."""
+    prefix = ctx.s.get("rack_prefix", "rack_")
+    racks = dict((g, m) for g, m in ctx.groups.items() if g.startswith(prefix))
+    view = dict((h, {k: ctx.var(h, k) for k in ("bmc_power_node_cap_watts", "rack_power_budget_watts")
+                     if ctx.has(h, k)}) for h in ctx.all)
+    try:
+        for rack in power_rack_report(racks, view):
+            if rack["over"]:
+                yield rack["rack"], rack["text"].split(": ", 1)[1]
+    except AnsibleFilterError as e:
+        yield "racks", str(e)
+    for host in ctx.gpu:
+        name = ctx.var(host, "hardware_profile")
+        profile = ctx.profiles.get(name) if isinstance(name, str) else None
+        watts = profile.get("power_watts") if isinstance(profile, Mapping) else None
+        if not isinstance(watts, Mapping) or not ctx.has(host, "gpu_power_limit_watts"):
+            continue
+        limit = ctx.var(host, "gpu_power_limit_watts")
+        if not _is_int(limit) or limit == 0:
+            continue  # unset, or not a number: the gpu_power argument spec reports that
+        if not watts.get("min", 0) <= limit <= watts.get("max", 0):
+            yield host, ("gpu_power_limit_watts=%r is outside the %s range %s-%s W"
+                         % (limit, ctx.var(host, "hardware_profile"), watts.get("min"), watts.get("max")))
+
+
+def check_role_arguments(ctx):
+    """Every role's argument spec, for every variable an inventory host sets: a bad type, choice or range
+    stops the run here, before the baseline, with the host, variable and value in one line."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # pylint: disable=import-outside-toplevel
+    specs = ctx.s.get("role_specs")
+    if specs is None:
+        specs = role_specs(ctx.s.get("roles_dir"))
+    for role, spec in sorted(specs.items()):
+        for host in ctx.all:
+            params = dict((k, ctx.var(host, k)) for k in spec if ctx.has(host, k))
+            if not params:
+                continue
+            wanted = dict((k, _optional(spec[k])) for k in params)
+            result = ArgumentSpecValidator(wanted).validate(params)
+            for err in result.errors:
+                yield host, _spec_message(role, err, params, spec)
+
+
+_SPECS = {}
+
+
+def role_specs(roles_dir):
+    """{role: options of its main entry point} for every roles/*/meta/argument_specs.yml (read once)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    if roles_dir in _SPECS:
+        return _SPECS[roles_dir]
+    out = _SPECS[roles_dir] = {}
+    for path in sorted(glob.glob(os.path.join(roles_dir or "", "*", "meta", "argument_specs.yml"))):
+        with open(path) as handle:
+            doc = yaml.safe_load(handle) or {}
+        options = ((doc.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+        out[os.path.basename(os.path.dirname(os.path.dirname(path)))] = options
+    return out
+
+
+def _optional(option):
+    option = dict(option)
+    option.pop("required", None)
+    option.pop("default", None)
+    option.pop("description", None)
+    option.pop("version_added", None)
+    if isinstance(option.get("options"), dict):
+        option["options"] = dict((k, _strip_docs(v)) for k, v in option["options"].items())
+    return option
+
+
+def _strip_docs(option):
+    option = dict(option)
+    option.pop("description", None)
+    if isinstance(option.get("options"), dict):
+        option["options"] = dict((k, _strip_docs(v)) for k, v in option["options"].items())
+    return option
+
+
+def _spec_message(role, err, params, spec):
+    text = str(err).splitlines()[0].split(". Valid ")[0]
+    names = [k for k in params if k in text] or sorted(params)
+    name = max(names, key=len)
+    if spec.get(name, {}).get("no_log"):
+        return "%s does not match roles/%s/meta/argument_specs.yml (%s; value hidden)" % (
+            name, role, spec[name].get("type", "str"))
+    return "%s=%s does not match roles/%s/meta/argument_specs.yml: %s" % (name, _short(params.get(name)), role, text)
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, check_rails, check_secrets,
+          check_profiles, check_power, check_role_arguments]
+
+
+def preflight_findings(groups, hostvars, settings):
+    """[(host, text)] of every check over the inventory."""
+    ctx = Ctx(groups, hostvars, settings or {})
+    findings = []
+    for check in CHECKS:
+        try:
+            findings.extend(check(ctx))
+        except Exception as e:  # noqa: BLE001 - a check that breaks is a finding, never a traceback
+            findings.append(("preflight", "check %s could not run: %s: %s" % (check.__name__, type(e).__name__, e)))
+    findings.extend(ctx.errors())
+    return findings
+
+
+def preflight_report(groups, hostvars, settings):
+    """Report lines: one per distinct problem, naming its hosts ("a, b and 3 more: text"), sorted."""
+    max_hosts = int((settings or {}).get("report_max_hosts", 6))
+    by_text = {}
+    for host, text in preflight_findings(groups, hostvars, settings):
+        hosts = by_text.setdefault(text, [])
+        if host not in hosts:
+            hosts.append(host)
+    lines = []
+    for text, hosts in by_text.items():
+        who = ", ".join(hosts[:max_hosts]) + (" and %d more" % (len(hosts) - max_hosts) if len(hosts) > max_hosts
+                                              else "")
+        lines.append("%s: %s" % (who, text))
+    return sorted(lines)
+
+
+class FilterModule:
+    def filters(self):
+        return {"preflight_report": preflight_report}

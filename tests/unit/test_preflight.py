@@ -1,0 +1,107 @@
+"""filter_plugins/preflight.py: the preflight rules as one function over an inventory (groups, hostvars).
+
+The broken-inventory corpus (tests/bad_inventories, run through Ansible by tests/integration) covers each rule
+end to end; these tests cover the function's contract: every finding names a host and never a secret value,
+one broken check never hides the others, and inventories we never wrote (hypothesis) give findings, never a
+traceback."""
+
+import os
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "filter_plugins"))
+
+import preflight  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+PROFILES = yaml.safe_load(open(os.path.join(ROOT, "playbooks", "vars", "hardware_profiles.yml")))["hardware_profiles"]
+SECRET = "pw-S3CRET-value"
+
+
+def inventory():
+    rails = [{"name": "rail0", "subnet": "198.18.1.0/24", "mtu": 9000}]
+    common = {"mgmt_subnet": "198.18.0.0/24", "rdma_rails": rails, "bmc_password": SECRET}
+    hostvars = {
+        "gpu-a1": dict(common, ansible_host="198.18.0.11", node_index=0, hardware_profile="hgx-h100-8gpu"),
+        "gpu-b1": dict(common, ansible_host="198.18.0.21", node_index=1, hardware_profile="pcie-l40s-4gpu"),
+        "lb-1": dict(common, ansible_host="198.18.0.5"),
+    }
+    groups = {"all": ["gpu-a1", "gpu-b1", "lb-1"], "gpu_nodes": ["gpu-a1", "gpu-b1"], "rack_a": ["gpu-a1"],
+              "rack_b": ["gpu-b1"], "lb": ["lb-1"]}
+    return groups, hostvars
+
+
+SETTINGS = {"profiles": PROFILES, "required_secrets": ["bmc_password"], "ansible_version": "2.19.4",
+            "supported_ansible_min": "2.19", "python_version": "3.11.2", "supported_python_min": "3.10",
+            "roles_dir": os.path.join(ROOT, "roles")}
+
+
+def report(groups, hostvars, **settings):
+    return preflight.preflight_report(groups, hostvars, dict(SETTINGS, **settings))
+
+
+def test_a_good_inventory_has_no_finding():
+    assert report(*inventory()) == []
+
+
+def test_every_problem_is_listed_one_line_each():
+    groups, hostvars = inventory()
+    hostvars["gpu-b1"]["node_index"] = 0
+    hostvars["lb-1"]["ansible_host"] = "198.18.7.5"
+    hostvars["gpu-a1"]["bmc_password"] = ""
+    assert report(groups, hostvars) == [
+        "gpu-a1, gpu-b1: node_index 0 is used by 2 GPU nodes",
+        "gpu-a1: secret bmc_password is empty",
+        "lb-1: ansible_host 198.18.7.5 is outside mgmt_subnet 198.18.0.0/24",
+    ]
+
+
+def test_a_broken_check_is_a_finding_and_the_others_still_run(monkeypatch):
+    def broken(ctx):
+        raise KeyError("boom")
+        yield  # pragma: no cover
+    monkeypatch.setattr(preflight, "CHECKS", [broken] + preflight.CHECKS)
+    groups, hostvars = inventory()
+    hostvars["gpu-a1"]["node_index"] = -3
+    assert report(groups, hostvars) == [
+        "gpu-a1: node_index '-3' is not an integer of 0 or more",
+        "preflight: check broken could not run: KeyError: 'boom'"]
+
+
+def test_a_variable_that_cannot_be_evaluated_is_named():
+    class Vars(dict):
+        def __getitem__(self, key):
+            if key == "hardware_profile":
+                raise ValueError("'profile_of_rack' is undefined")
+            return dict.__getitem__(self, key)
+    groups, hostvars = inventory()
+    hostvars["gpu-a1"] = Vars(hostvars["gpu-a1"])
+    assert "gpu-a1: hardware_profile cannot be evaluated: 'profile_of_rack' is undefined" in report(groups, hostvars)
+
+
+def test_role_argument_specs_are_checked_for_what_a_host_sets():
+    groups, hostvars = inventory()
+    hostvars["gpu-b1"]["gpu_power_limit_watts"] = "lots"
+    lines = report(groups, hostvars)
+    assert len(lines) == 1 and lines[0].startswith(
+        "gpu-b1: gpu_power_limit_watts='lots' does not match roles/gpu_power/meta/argument_specs.yml: "), lines
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.text(max_size=12),
+                   st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+KEYS = ("ansible_host", "mgmt_subnet", "node_index", "hardware_profile", "rdma_rails", "bmc_password",
+        "preflight_required_secrets", "rack_power_budget_watts", "bmc_power_node_cap_watts", "gpu_power_limit_watts",
+        "gpu_power_persistence_mode", "inference_runtime_port")
+
+
+@given(host=st.sampled_from(["gpu-a1", "gpu-b1", "lb-1"]), key=st.sampled_from(KEYS), value=VALUES)
+def test_any_value_anywhere_gives_findings_not_a_traceback(host, key, value):
+    groups, hostvars = inventory()
+    hostvars[host][key] = value
+    lines = report(groups, hostvars)
+    assert all(isinstance(line, str) and ": " in line for line in lines)
+    assert not any("could not run" in line for line in lines), lines
+    assert not any(SECRET in line for line in lines), lines
