@@ -41,13 +41,23 @@ class Ctx:
         self.gpu = list(self.groups.get(settings.get("gpu_group", "gpu_nodes")) or [])
         self.profiles = settings.get("profiles") or {}
         self._cache = {}
+        self._hosts = {}
+
+    def _vars(self, host):
+        """The host's variables, read once: Ansible computes a host's whole variable set on each hostvars[h]."""
+        if host not in self._hosts:
+            try:
+                self._hosts[host] = self.hostvars[host]
+            except Exception:  # noqa: BLE001 - a host whose variables cannot be read has none here
+                self._hosts[host] = {}
+        return self._hosts[host]
 
     def var(self, host, name, default=None):
         """A host's variable (templated by Ansible on access), default when unset; errors are findings."""
         key = (host, name)
         if key not in self._cache:
             try:
-                hv = self.hostvars[host]
+                hv = self._vars(host)
                 self._cache[key] = (hv[name], None) if name in hv else (default, None)
             except Exception as e:  # noqa: BLE001 - a variable that cannot be evaluated is a finding
                 self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, str(e).splitlines()[0][:200]))
@@ -55,7 +65,7 @@ class Ctx:
 
     def has(self, host, name):
         try:
-            return name in self.hostvars[host]
+            return name in self._vars(host)
         except Exception:  # noqa: BLE001
             return False
 
