@@ -175,6 +175,9 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     not_ready = {n: r["reasons"] for n, r in rows.items() if not r["ready"]}
     assert not_ready == {}
     assert "6 of 6 nodes ready" in out
+    # Freshly provisioned, every check of every node is ok: no warn (the A100s' Fabric Manager included).
+    not_ok = {(n, c): v["reasons"] for n, r in rows.items() for c, v in r["columns"].items() if v["status"] != "ok"}
+    assert not_ok == {}
     # Each node's full results carry the profile's real topology.
     a1 = json.loads((ROOT / "reports" / "gpu-a1.json").read_text())
     assert a1["topology"]["gpu_count"] == 8
