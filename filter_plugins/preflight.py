@@ -481,22 +481,14 @@ def role_specs(roles_dir):
     return out
 
 
-def _optional(option):
+def _optional(option, top=True):
+    """An option as the validator needs it: no description; at the top level not required and without
+    default either, since a role's defaults supply what the inventory leaves out."""
     option = dict(option)
-    option.pop("required", None)
-    option.pop("default", None)
-    option.pop("description", None)
-    option.pop("version_added", None)
+    for key in ("description", "version_added") + (("required", "default") if top else ()):
+        option.pop(key, None)
     if isinstance(option.get("options"), dict):
-        option["options"] = dict((k, _strip_docs(v)) for k, v in option["options"].items())
-    return option
-
-
-def _strip_docs(option):
-    option = dict(option)
-    option.pop("description", None)
-    if isinstance(option.get("options"), dict):
-        option["options"] = dict((k, _strip_docs(v)) for k, v in option["options"].items())
+        option["options"] = dict((k, _optional(v, top=False)) for k, v in option["options"].items())
     return option
 
 

@@ -406,6 +406,30 @@ def parse_query_csv(text, fields=None):
     return rows
 
 
+# Health record key -> the --query-gpu field it is read from, and how (the record's order).
+RECORD_FIELDS = [
+    ('name', 'name', 'text'), ('uuid', 'uuid', 'text'), ('bus_id', 'pci.bus_id', 'text'),
+    ('driver_version', 'driver_version', 'text'), ('persistence_mode', 'persistence_mode', 'flag'),
+    ('ecc_uncorrected_volatile', 'ecc.errors.uncorrected.volatile.total', 'number'),
+    ('ecc_uncorrected_aggregate', 'ecc.errors.uncorrected.aggregate.total', 'number'),
+    ('retired_pages_pending', 'retired_pages.pending', 'flag'),
+    ('retired_pages_dbe', 'retired_pages.double_bit.count', 'number'),
+    ('remapped_rows_pending', 'remapped_rows.pending', 'flag'),
+    ('remapped_rows_failure', 'remapped_rows.failure', 'flag'),
+    ('remapped_rows_uncorrectable', 'remapped_rows.uncorrectable', 'number'),
+    ('pcie_gen_current', 'pcie.link.gen.current', 'number'), ('pcie_gen_max', 'pcie.link.gen.max', 'number'),
+    ('pcie_width_current', 'pcie.link.width.current', 'number'),
+    ('pcie_width_max', 'pcie.link.width.max', 'number'),
+    ('temperature_c', 'temperature.gpu', 'number'), ('power_draw_w', 'power.draw', 'number'),
+    ('power_limit_w', 'power.limit', 'number'),
+    ('throttle_hw_slowdown', 'clocks_event_reasons.hw_slowdown', 'flag'),
+    ('throttle_hw_thermal', 'clocks_event_reasons.hw_thermal_slowdown', 'flag'),
+    ('throttle_hw_power_brake', 'clocks_event_reasons.hw_power_brake_slowdown', 'flag'),
+    ('throttle_sw_thermal', 'clocks_event_reasons.sw_thermal_slowdown', 'flag'),
+    ('fabric_state', 'fabric.state', 'text'), ('fabric_status', 'fabric.status', 'text'),
+]
+
+
 def normalize_query_row(row):
     """Turn one raw --query-gpu row (HEALTH_QUERY_FIELDS) into the common health record."""
     idx = row.get('index')
@@ -425,34 +449,11 @@ def normalize_query_row(row):
         index = int(idx)
     except (TypeError, ValueError):
         raise ParseError('query-gpu: index is not an integer: %r' % (idx,))
-    return {
-        'index': index,
-        'name': text('name'),
-        'uuid': text('uuid'),
-        'bus_id': normalize_bus_id(text('pci.bus_id')),
-        'driver_version': text('driver_version'),
-        'persistence_mode': flag('persistence_mode'),
-        'ecc_uncorrected_volatile': num('ecc.errors.uncorrected.volatile.total'),
-        'ecc_uncorrected_aggregate': num('ecc.errors.uncorrected.aggregate.total'),
-        'retired_pages_pending': flag('retired_pages.pending'),
-        'retired_pages_dbe': num('retired_pages.double_bit.count'),
-        'remapped_rows_pending': flag('remapped_rows.pending'),
-        'remapped_rows_failure': flag('remapped_rows.failure'),
-        'remapped_rows_uncorrectable': num('remapped_rows.uncorrectable'),
-        'pcie_gen_current': num('pcie.link.gen.current'),
-        'pcie_gen_max': num('pcie.link.gen.max'),
-        'pcie_width_current': num('pcie.link.width.current'),
-        'pcie_width_max': num('pcie.link.width.max'),
-        'temperature_c': num('temperature.gpu'),
-        'power_draw_w': num('power.draw'),
-        'power_limit_w': num('power.limit'),
-        'throttle_hw_slowdown': flag('clocks_event_reasons.hw_slowdown'),
-        'throttle_hw_thermal': flag('clocks_event_reasons.hw_thermal_slowdown'),
-        'throttle_hw_power_brake': flag('clocks_event_reasons.hw_power_brake_slowdown'),
-        'throttle_sw_thermal': flag('clocks_event_reasons.sw_thermal_slowdown'),
-        'fabric_state': text('fabric.state'),
-        'fabric_status': text('fabric.status'),
-    }
+    record = {'index': index}
+    for key, field, kind in RECORD_FIELDS:
+        record[key] = {'number': num, 'flag': flag, 'text': text}[kind](field)
+    record['bus_id'] = normalize_bus_id(record['bus_id'])
+    return record
 
 
 def parse_health_query(text, fields=None):

@@ -6,7 +6,7 @@ checks, RDMA port checks, gpu_settings planning, Prometheus textfile rendering."
 
 from __future__ import absolute_import, division, print_function
 
-from ansible.module_utils.gpu_parsers import (DISTANCE_ORDER, ParseError, distance_rank,
+from ansible.module_utils.gpu_parsers import (DISTANCE_ORDER, RECORD_FIELDS, ParseError, distance_rank,
                                               nvlink_count)
 
 __metaclass__ = type
@@ -156,23 +156,8 @@ def driver_matches(actual, wanted):
 
 # Where each record field comes from (nvidia-smi --query-gpu name, or the -q label), for reasons, and
 # the range a real GPU can report: anything outside is a reading we cannot account for.
-FIELD_SOURCES = {
-    'driver_version': 'driver_version', 'persistence_mode': 'persistence_mode',
-    'ecc_uncorrected_volatile': 'ecc.errors.uncorrected.volatile.total',
-    'ecc_uncorrected_aggregate': 'ecc.errors.uncorrected.aggregate.total',
-    'retired_pages_pending': 'retired_pages.pending', 'retired_pages_dbe': 'retired_pages.double_bit.count',
-    'remapped_rows_pending': 'remapped_rows.pending', 'remapped_rows_failure': 'remapped_rows.failure',
-    'remapped_rows_uncorrectable': 'remapped_rows.uncorrectable',
-    'pcie_gen_current': 'pcie.link.gen.current', 'pcie_gen_max': 'pcie.link.gen.max',
-    'pcie_width_current': 'pcie.link.width.current', 'pcie_width_max': 'pcie.link.width.max',
-    'temperature_c': 'temperature.gpu', 'power_draw_w': 'power.draw', 'power_limit_w': 'power.limit',
-    'throttle_hw_slowdown': 'clocks_event_reasons.hw_slowdown',
-    'throttle_hw_thermal': 'clocks_event_reasons.hw_thermal_slowdown',
-    'throttle_hw_power_brake': 'clocks_event_reasons.hw_power_brake_slowdown',
-    'throttle_sw_thermal': 'clocks_event_reasons.sw_thermal_slowdown',
-    'fabric_state': 'fabric.state', 'fabric_status': 'fabric.status',
-    'slowdown_temp_c': '-q GPU Slowdown Temp', 'shutdown_temp_c': '-q GPU Shutdown Temp',
-}
+FIELD_SOURCES = dict([(key, field) for key, field, _kind in RECORD_FIELDS]
+                     + [('slowdown_temp_c', '-q GPU Slowdown Temp'), ('shutdown_temp_c', '-q GPU Shutdown Temp')])
 FIELD_RANGES = {
     'ecc_uncorrected_volatile': (0, 2 ** 53), 'ecc_uncorrected_aggregate': (0, 2 ** 53),
     'retired_pages_dbe': (0, 100000), 'remapped_rows_uncorrectable': (0, 100000),
