@@ -33,48 +33,49 @@ def _module_error(result):
     return None
 
 
-def _topology_column(result):
+def _checks(result, module):
+    """(checks, None) of a check module's result in the one result format, or (None, (status, reasons))."""
     err = _module_error(result)
     if err:
-        return "error", [err]
-    if "topology" not in result:
-        return "error", [result.get("msg", "nvlink_topology returned no topology")]
-    reasons = ["%s %s: expected %s, found %s" % (m.get("item"), m.get("check"), m.get("expected"), m.get("found"))
-               for m in result.get("mismatches") or []]
-    return ("fail" if reasons else "ok"), reasons
+        return None, ("error", [err])
+    checks = result.get("checks")
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        return None, ("error", [result.get("msg", "%s returned no checks" % module)])
+    return checks, None
+
+
+def _reduce(checks):
+    """Worst status and the reasons of every check not ok: the module judged, the report only reduces."""
+    status, reasons = "ok", []
+    for c in checks:
+        st = c.get("status") if c.get("status") in ("ok", "warn", "fail") else "fail"
+        status = _worse(status, st)
+        if st != "ok":
+            reasons.append("%s %s: %s" % (c.get("subject"), c.get("name"), c.get("reason")))
+    return status, reasons
+
+
+def _module_column(result, module):
+    checks, error = _checks(result, module)
+    if error:
+        return error
+    if not checks:
+        return "fail", ["%s checked nothing" % module]
+    return _reduce(checks)
 
 
 def _gpu_columns(result):
-    cols = dict((c, ("ok", [])) for c in ("gpus", "ecc", "xid", "pcie"))
-    err = _module_error(result)
-    if err or "gpus" not in result:
-        msg = err or result.get("msg", "gpu_health returned no GPUs")
-        return dict((c, ("error", [msg])) for c in cols)
-
-    def add(column, who, name, check):
-        status, reasons = cols[column]
-        sev = check.get("severity", "fail")
-        if sev != "ok":
-            reasons = reasons + ["%s %s: %s" % (who, name, check.get("message", ""))]
-        cols[column] = (_worse(status, sev if sev in _RANK else "fail"), reasons)
-
-    for gpu in result["gpus"]:
-        for name, check in sorted((gpu.get("checks") or {}).items()):
-            add(GPU_CHECK_COLUMN.get(name, "gpus"), "GPU%s" % gpu.get("index"), name, check)
-    for name, check in sorted((result.get("node") or {}).items()):
-        add(GPU_CHECK_COLUMN.get(name, "gpus"), "node", name, check)
+    names = ("gpus", "ecc", "xid", "pcie")
+    checks, error = _checks(result, "gpu_health")
+    if error:
+        return dict((c, error) for c in names)
+    by_column = dict((c, []) for c in names)
+    for c in checks:
+        by_column[GPU_CHECK_COLUMN.get(c.get("name"), "gpus")].append(c)
+    cols = dict((c, _reduce(by_column[c])) for c in names)
+    if not checks:
+        cols["gpus"] = ("fail", ["gpu_health checked nothing"])
     return cols
-
-
-def _rdma_column(result):
-    err = _module_error(result)
-    if err:
-        return "error", [err]
-    if "ports" not in result:
-        return "error", [result.get("msg", "rdma_health returned no ports")]
-    reasons = ["%s %s: expected %s, found %s" % (m.get("item"), m.get("check"), m.get("expected"), m.get("found"))
-               for m in result.get("mismatches") or []]
-    return ("fail" if reasons else "ok"), reasons
 
 
 def _fabric_column(verdict):
@@ -129,10 +130,13 @@ def _nccl_gate(result, scope):
         gate.update(status="error", reasons=["%s: %s" % (scope, result.get("msg", "nccl_bandwidth returned no "
                                                                                 "measurement"))])
         return gate
-    failures = list(result.get("failures") or [])
-    if result.get("failed") and not failures:
-        failures = [result.get("msg", "nccl_bandwidth failed")]
-    gate.update(status="fail" if failures else "ok", reasons=["%s: %s" % (scope, f) for f in failures])
+    checks, error = _checks(result, "nccl_bandwidth")
+    if error:
+        gate.update(status=error[0], reasons=["%s: %s" % (scope, r) for r in error[1]])
+        return gate
+    status, _ = _reduce(checks)
+    gate.update(status=status, reasons=["%s: %s" % (scope, c.get("reason")) for c in checks
+                                        if c.get("status") != "ok"])
     return gate
 
 
@@ -144,19 +148,17 @@ def _dcgm_gate(result):
         gate.update(status="error", reasons=[result.get("msg", "dcgm_diag returned no tests")])
         return gate
     gate.update(level=result.get("level"), summary=result.get("summary"), dcgm_version=result.get("dcgm_version"))
-    # failed_when: false (node_verify) rewrites 'failed': the verdict is re-applied from causes and fail_on
-    fail_on = result.get("fail_on") or ["Fail"]
-    failing = [c for c in result.get("causes") or [] if c.get("status") in fail_on]
-    if result.get("failed") and not failing:
-        gate.update(status="error", reasons=[result.get("msg", "dcgm_diag failed")])
+    checks, error = _checks(result, "dcgm_diag")
+    if error:
+        gate.update(status=error[0], reasons=error[1])
         return gate
+    fail_on = result.get("fail_on") or ["Fail"]
     gate["failed_tests"] = [{"test": c.get("test"), "status": c.get("status"), "cause": c.get("cause"),
-                             "gpus": c.get("gpus") or []} for c in failing]
-    gate["reasons"] = ["level %s %s %s (%s%s)" % (gate["level"], c.get("test"), str(c.get("status")).lower(),
-                                                  c.get("cause"),
-                                                  ", GPU " + ",".join(c["gpus"]) if c.get("gpus") else "")
-                       for c in failing]
-    gate["status"] = "fail" if failing else "ok"
+                             "gpus": c.get("gpus") or []} for c in result.get("causes") or []
+                            if c.get("status") in fail_on]
+    gate["status"], _ = _reduce(checks) if checks else ("fail", None)
+    gate["reasons"] = ["level %s %s" % (gate["level"], c.get("reason")) for c in checks if c.get("status") != "ok"] \
+        or ([] if checks else ["dcgm_diag checked nothing"])
     return gate
 
 
@@ -195,9 +197,9 @@ def readiness_row(results, node, rack="", profile=""):
     if not isinstance(results, dict):
         raise AnsibleFilterError("readiness_row: results for %s must be a dict, got %r" % (node, type(results)))
     columns = {}
-    columns["topology"] = _topology_column(results.get("topology"))
+    columns["topology"] = _module_column(results.get("topology"), "nvlink_topology")
     columns.update(_gpu_columns(results.get("gpu")))
-    columns["rdma"] = _rdma_column(results.get("rdma"))
+    columns["rdma"] = _module_column(results.get("rdma"), "rdma_health")
     columns["fabric"] = _fabric_column(results.get("fabric"))
     gates = readiness_gates(results)
     columns["nccl"] = _gate_column(gates["nccl"], gates["nccl_multi_node"])

@@ -20,7 +20,10 @@ description:
     C(pending_page_retirement_or_row_remap), C(throttling), C(processes_using_gpu), C(inforom_corrupt),
     C(conflicting_environment), C(denylisted_driver), C(library_missing), C(permissions), C(pcie),
     C(nvlink), C(memory_errors), C(power_or_thermal), C(compute_stress), else C(unclassified).
-  - Output that cannot be parsed fails with a message naming what is missing, never a traceback.
+  - Fails closed. A test that was skipped is a fail unless O(allowed_skips) names it; a run where no test ran,
+    a test in O(required_tests) that dcgmi did not list, and a non-zero exit that no failed test explains are
+    fails too. Output that cannot be parsed (a text table cut off before its closing border, JSON cut off or
+    of another shape) fails with a message naming what is missing, never a traceback.
   - Level 1 takes seconds, level 2 about 2 minutes, level 3 about 15 minutes, level 4 much longer; the
     default is 1. In check mode the diagnostic is not run.
 version_added: "1.0.0"
@@ -53,6 +56,18 @@ options:
     description: Seconds the diagnostic may take.
     type: int
     default: 3600
+  allowed_skips:
+    description:
+      - Names of tests (as dcgmi prints them, e.g. V(Pulse Test)) that may report Skip on this hardware.
+        Any other skipped test fails.
+    type: list
+    elements: str
+    default: []
+  required_tests:
+    description: Names of tests that must appear in the results (a level that does not run them fails).
+    type: list
+    elements: str
+    default: []
 notes:
   - Supports check mode (the diagnostic is not run).
   - C(nv-hostengine) must be running (the C(nvidia-dcgm) service), as for any C(dcgmi) call.
@@ -74,6 +89,25 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - "One per test (name the test, subject its category: V(Deployment), V(Hardware), ...; Pass is ok, Fail is fail, Warn is fail when O(fail_on) names it else warn, Skip is fail unless O(allowed_skips) names it), one fail per O(required_tests) entry not listed (subject V(required)), V(ran) (subject V(diag)) when no test ran, V(exit) (subject V(dcgmi)) for a non-zero exit no failed test explains."
+  returned: once the output was parsed
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name., type: str}
+    subject: {description: "What was checked (V(Deployment), V(Integration)).", type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The value read (any type)., type: raw}
+    expected: {description: What it was compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: once the output was parsed
+  type: str
+  sample: ok
 tests:
   description: Every test, in order.
   type: list
@@ -119,7 +153,8 @@ cmd:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.dcgm_parsers import diag_causes, parse_dcgmi_diag, per_gpu, summarize
+from ansible.module_utils.check_result import verdict
+from ansible.module_utils.dcgm_parsers import diag_causes, diag_checks, parse_dcgmi_diag, per_gpu, summarize
 from ansible.module_utils.gpu_parsers import ParseError, readable_output
 
 
@@ -132,6 +167,8 @@ def main():
             fail_on=dict(type='list', elements='str', choices=['Fail', 'Warn'], default=['Fail']),
             path=dict(type='path'),
             timeout=dict(type='int', default=3600),
+            allowed_skips=dict(type='list', elements='str', default=[]),
+            required_tests=dict(type='list', elements='str', default=[]),
         ),
         supports_check_mode=True,
     )
@@ -155,14 +192,13 @@ def main():
                             if err.strip() else ''),
                          rc=rc, stdout=readable_output(out), stderr=readable_output(err), cmd=argv)
     causes = diag_causes(parsed)
-    result = dict(changed=False, cmd=argv, rc=rc, level=p['level'], tests=parsed['tests'], per_gpu=per_gpu(parsed),
-                  causes=causes, summary=summarize(parsed), dcgm_version=parsed['version'],
-                  driver_version=parsed['driver'], fail_on=p['fail_on'])
-    failing = [c for c in causes if c['status'] in p['fail_on']]
+    checks = diag_checks(parsed, rc, p['fail_on'], p['allowed_skips'], p['required_tests'])
+    result = dict(changed=False, cmd=argv, rc=rc, level=p['level'], checks=checks, verdict=verdict(checks),
+                  tests=parsed['tests'], per_gpu=per_gpu(parsed), causes=causes, summary=summarize(parsed),
+                  dcgm_version=parsed['version'], driver_version=parsed['driver'], fail_on=p['fail_on'])
+    failing = [c['reason'] for c in checks if c['status'] == 'fail']
     if failing:
-        module.fail_json(msg='DCGM diagnostic level %d: %s' % (p['level'], '; '.join(
-            '%s %s (%s%s)' % (c['test'], c['status'].lower(), c['cause'],
-                              ', GPU ' + ','.join(c['gpus']) if c['gpus'] else '') for c in failing)), **result)
+        module.fail_json(msg='DCGM diagnostic level %d: %s' % (p['level'], '; '.join(failing)), **result)
     module.exit_json(**result)
 
 

@@ -155,6 +155,28 @@ EXAMPLES = r'''
 
 RETURN = r'''
 ---
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - One entry per GPU and registered check (subject V(GPU<index>)) and per node check (subject V(node)).
+  returned: always (also on failure) once nvidia-smi's output was read
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name (V(ecc), V(pcie), V(fabric), ...)., type: str}
+    subject: {description: What was checked (V(GPU3), V(node))., type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The values read (any type)., type: raw}
+    expected: {description: What they were compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+  sample:
+    - {name: pcie, subject: GPU0, status: fail, measured: {gen_current: 5, gen_max: 5, width_current: 8,
+       width_max: 16}, expected: {gen: 5, width: 16}, reason: "PCIe width x8, expected x16"}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: always once nvidia-smi's output was read
+  type: str
+  sample: ok
 gpus:
   description: One entry per GPU.
   returned: always (also on failure)
@@ -344,7 +366,8 @@ def main():
     if graded['kernel_log_error']:
         module.warn('%s; Xid not checked' % graded['kernel_log_error'])
     gpus, node, summary = graded['gpus'], graded['node'], graded['summary']
-    result = dict(changed=False, gpus=gpus, node=node, summary=summary, source=source, records=graded['records'],
+    result = dict(changed=False, checks=graded['checks'], verdict=graded['verdict'], gpus=gpus, node=node,
+                  summary=summary, source=source, records=graded['records'],
                   xid_events=graded['xid_events'], fabric_manager=graded['fabric_manager'], commands=commands)
     if p['textfile_dir']:
         result['textfile'] = write_textfile(module, p['textfile_dir'],

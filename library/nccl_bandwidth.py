@@ -106,6 +106,25 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - "Four checks of the run, subject V(all_reduce_perf): V(exit) (exit code 0), V(wrong_results) (no size with #wrong), V(out_of_bounds) (0 values), V(busbw_gbps) (the O(metric) bus bandwidth against O(min_busbw_gbps))."
+  returned: once the output was parsed
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name., type: str}
+    subject: {description: "What was checked (V(all_reduce_perf)).", type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The value read (any type)., type: raw}
+    expected: {description: What it was compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: once the output was parsed
+  type: str
+  sample: ok
 avg_busbw_gbps:
   description: The run's "# Avg bus bandwidth", GB/s.
   type: float
@@ -161,8 +180,28 @@ cmd:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.check_result import check, verdict
 from ansible.module_utils.gpu_parsers import ParseError, readable_output
 from ansible.module_utils.nccl_parsers import bandwidth_findings, parse_nccl_tests
+
+
+def nccl_checks(parsed, gate, rc, min_busbw_gbps):
+    """The run in the one result format: bus bandwidth, exit code, data check, out-of-bounds values."""
+    subject = 'all_reduce_perf'
+    oob = parsed['out_of_bounds']
+    wrong = gate['wrong']
+    low = [f for f in gate['failures'] if 'below the required' in f]
+    return [
+        check('busbw_gbps', subject, 'fail' if low else 'ok', gate['measured_busbw_gbps'], min_busbw_gbps,
+              low[0] if low else '%s bus bandwidth %.2f GB/s%s' % (
+                  gate['metric'], gate['measured_busbw_gbps'],
+                  ' (no minimum given)' if min_busbw_gbps is None else ', at least %.2f GB/s' % min_busbw_gbps)),
+        check('exit', subject, 'ok' if rc == 0 else 'fail', rc, 0, 'exited %d' % rc),
+        check('wrong_results', subject, 'fail' if wrong else 'ok', len(wrong), 0,
+              '%d message size(s) with #wrong != 0' % len(wrong) if wrong else 'no #wrong results'),
+        check('out_of_bounds', subject, 'ok' if oob == 0 else 'fail', oob, 0,
+              "no '# Out of bounds values' line" if oob is None else '%d out-of-bounds values' % oob),
+    ]
 
 
 def main():
@@ -223,6 +262,10 @@ def main():
     )
     if rc != 0:
         result['failures'].append('all_reduce_perf exited %d' % rc)
+    if parsed['out_of_bounds'] is None:
+        result['failures'].append("all_reduce_perf printed no '# Out of bounds values' line")
+    result['checks'] = nccl_checks(parsed, gate, rc, p['min_busbw_gbps'])
+    result['verdict'] = verdict(result['checks'])
     if result['failures']:
         module.fail_json(msg='NCCL all-reduce gate failed: ' + '; '.join(result['failures']), **result)
     module.exit_json(**result)

@@ -110,6 +110,25 @@ EXAMPLES = r'''
 
 RETURN = r'''
 ---
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - "One fail per mismatch (subject the GPU pair, GPU, GPU link or V(node)); one ok with subject V(node) for every expectation that held, and for V(symmetry) (every link reads the same from both ends)."
+  returned: once nvidia-smi's output was parsed (also on mismatch)
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name., type: str}
+    subject: {description: "What was checked (V(GPU0-GPU1), V(GPU2 link 5), V(node)).", type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The value read (any type)., type: raw}
+    expected: {description: What it was compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: once nvidia-smi's output was parsed (also on mismatch)
+  type: str
+  sample: ok
 topology:
   description: Parsed topology (also returned when verification fails).
   returned: success or mismatch
@@ -187,6 +206,7 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.check_result import from_mismatches, verdict
 from ansible.module_utils.gpu_parsers import (ParseError, readable_output, parse_nvlink_errors,
                                               parse_nvlink_status, parse_topo_matrix)
 from ansible.module_utils.health_checks import mismatch_msg, verify_topology
@@ -249,10 +269,15 @@ def main():
         mismatches = verify_topology(topology, expected)
     except ParseError as e:
         module.fail_json(msg='cannot parse nvidia-smi output: %s' % e, commands=commands)
+    evaluated = [('symmetry', 'the same link both ways')] + [
+        (k, expected[k]) for k in ('gpu_count', 'nic_count', 'link_code', 'min_nvlinks', 'nic_max_distance',
+                                   'nvlinks_active', 'links_per_gpu', 'max_nvlink_errors') if k in expected]
+    checks = from_mismatches(mismatches, evaluated)
+    result = dict(changed=False, checks=checks, verdict=verdict(checks), topology=topology, mismatches=mismatches,
+                  commands=commands)
     if mismatches:
-        module.fail_json(msg=mismatch_msg('topology', mismatches), mismatches=mismatches,
-                         topology=topology, commands=commands, changed=False)
-    module.exit_json(changed=False, topology=topology, mismatches=[], commands=commands)
+        module.fail_json(msg=mismatch_msg('topology', mismatches), **result)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

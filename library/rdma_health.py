@@ -96,6 +96,25 @@ EXAMPLES = r'''
 
 RETURN = r'''
 ---
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - "One per device port and check (subject V(<device>/<port>)), one per node check (subject V(node)), and a fail (name V(present)) per device in O(devices) that is absent."
+  returned: once sysfs was read (also on mismatch)
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name., type: str}
+    subject: {description: "What was checked (V(mlx5_0/1), V(node)).", type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The value read (any type)., type: raw}
+    expected: {description: What it was compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: once sysfs was read (also on mismatch)
+  type: str
+  sample: ok
 ports:
   description: One entry per device port.
   returned: always (also on failure)
@@ -174,6 +193,7 @@ commands:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.check_result import check, from_severity_map, verdict
 from ansible.module_utils.gpu_parsers import ParseError
 from ansible.module_utils.health_checks import evaluate_port, mismatch_msg, summarize
 from ansible.module_utils.rdma_parsers import (parse_ibv_devinfo_mtu, parse_sysfs_rate, parse_sysfs_state,
@@ -181,11 +201,17 @@ from ansible.module_utils.rdma_parsers import (parse_ibv_devinfo_mtu, parse_sysf
 
 
 def _read(path):
+    """A sysfs attribute's text, None when it cannot be read; bytes that are not UTF-8 are a ParseError
+    naming the file (a reading we cannot account for, not a traceback)."""
     try:
-        with open(path, 'r') as f:
-            return f.read().strip()
+        with open(path, 'rb') as f:
+            raw = f.read()
     except (IOError, OSError):
         return None
+    try:
+        return raw.decode('utf-8').strip()
+    except UnicodeDecodeError:
+        raise ParseError('%s holds bytes that are not UTF-8: %r' % (path, raw[:64]))
 
 
 def read_port(ib_root, net_root, dev, port, gid_index):
@@ -305,7 +331,13 @@ def main():
         summary['fail'] += len(missing)
         summary['failed_checks'] += ['%s present' % d for d in missing]
         summary['verdict'] = 'fail'
-    result = dict(changed=False, ports=ports, node=node, summary=summary, mismatches=mismatches, commands=commands)
+    checks = [check('present', d, 'fail', 'absent', 'present in %s' % root, '%s is not in %s' % (d, root))
+              for d in missing]
+    for x in ports:
+        checks += from_severity_map('%s/%s' % (x['device'], x['port']), x['checks'], expected)
+    checks += from_severity_map('node', node, expected)
+    result = dict(changed=False, checks=checks, verdict=verdict(checks), ports=ports, node=node, summary=summary,
+                  mismatches=mismatches, commands=commands)
     if mismatches:
         module.fail_json(msg=mismatch_msg('RDMA', mismatches), **result)
     module.exit_json(**result)

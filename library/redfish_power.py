@@ -128,6 +128,25 @@ EXAMPLES = r'''
 
 RETURN = r'''
 ---
+checks:
+  description:
+    - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
+    - "V(power_limit) (subject the resource: the cap read back, expected O(limit_watts)); with O(read_cooling): a fail V(reading) (subject V(bmc)) per document the module could not account for (see RV(cooling.problems)), a fail V(leak) per detector reporting a leak, V(leak) ok (or warn when the BMC exposes no leak detection), and V(coolant_inlet_c) (warn when not reported)."
+  returned: on success
+  type: list
+  elements: dict
+  contains:
+    name: {description: Check name., type: str}
+    subject: {description: "What was checked (V(/redfish/v1/Chassis/1/Controls/NodePowerLimit), V(bmc), V(coolant), a detector name).", type: str}
+    status: {description: V(ok), V(warn) or V(fail)., type: str}
+    measured: {description: The value read (any type)., type: raw}
+    expected: {description: What it was compared against (any type; null when nothing was expected)., type: raw}
+    reason: {description: Why the status, naming the tool field and value where one is at fault., type: str}
+verdict:
+  description: The worst status in RV(checks) (V(fail) when there is none).
+  returned: on success
+  type: str
+  sample: ok
 limit_watts:
   description: The node cap read back from the BMC after the run (0 = no cap).
   returned: always
@@ -195,11 +214,13 @@ diff:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.check_result import check, verdict
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 from ansible.module_utils.redfish_power import (
-    RedfishError, chassis_members, control_limit, control_patch, cooling_summary, find_power_limit_control,
+    RedfishError, chassis_members, control_limit, control_patch, cooling_checks, cooling_summary,
+    find_power_limit_control,
     odata_id, parse_dcmi_limit, power_control_limit, power_control_patch)
 
 
@@ -408,6 +429,14 @@ def main():
     except BmcFailure as err:
         module.fail_json(msg=str(err))
     result['diff'] = {'before': {'limit_watts': result['before_watts']}, 'after': {'limit_watts': result['limit_watts']}}
+    want = module.params['limit_watts']
+    checks = [check('power_limit', result['resource'], 'ok', result['limit_watts'], want,
+                    'node power cap %s W%s' % (result['limit_watts'] or 'none (0)',
+                                               ' (set from %s W)' % result['before_watts'] if result['changed']
+                                               else ''))]
+    if 'cooling' in result:
+        checks += cooling_checks(result['cooling'])
+    result['checks'], result['verdict'] = checks, verdict(checks)
     module.exit_json(**result)
 
 

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import re
 
+from ansible.module_utils.check_result import check
 from ansible.module_utils.gpu_parsers import ParseError, utf8_input
 
 __metaclass__ = type
@@ -82,16 +83,20 @@ def parse_dcgmi_diag_text(text):
     category = None
     open_message = None  # [test, key, chunks, width] of a message cell that may wrap onto the next lines
     seen_table = False
+    last = None  # (line number, kind) of the last table line: the table must end with its closing border
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.rstrip('\n')
         section = re.match(r'^[|+]-+\s+(\w[\w ]*?)\s+-+\+', line)
         if section:
             category, open_message = section.group(1), None
+            last = (lineno, 'section')
             continue
         if not line.startswith('|'):
             if line.startswith('+'):
                 seen_table = True
+                last = (lineno, 'border')
             continue
+        last = (lineno, 'row')
         cells = line.split('|')
         if len(cells) < 4:
             raise ParseError('line %d: expected "| name | result |", found %r' % (lineno, line))
@@ -126,6 +131,9 @@ def parse_dcgmi_diag_text(text):
         open_message[0]['messages'].append(''.join(open_message[2]).rstrip())
     if not seen_table or not out['tests']:
         raise ParseError('dcgmi diag output has no result table (expected "| Diagnostic | Result |" and test rows)')
+    if last[1] != 'border':
+        raise ParseError('dcgmi diag table ends at line %d without its closing +---+ border: the output was cut '
+                         'off after %d tests (last: %s)' % (last[0], len(out['tests']), out['tests'][-1]['name']))
     return out
 
 
@@ -172,12 +180,15 @@ def parse_dcgmi_diag_json(text):
             raise ParseError('test_categories[%d] has no tests list' % c)
         for t, test in enumerate(cat['tests']):
             what = '%s test %d' % (cat.get('category', 'category %d' % c), t)
-            if not isinstance(test, dict) or 'name' not in test or not isinstance(test.get('results'), list):
+            if not isinstance(test, dict) or not isinstance(test.get('name'), str) or \
+                    not isinstance(test.get('results'), list):
                 raise ParseError('%s has no name or results list' % what)
             entry = {'category': cat.get('category', ''), 'name': test['name'], 'status': None, 'gpus': {},
                      'messages': []}
             statuses = []
             for res in test['results']:
+                if not isinstance(res, dict):
+                    raise ParseError('%s (%s): a result is %r, not an object' % (what, test['name'], res))
                 status = _status(res.get('status'), '%s (%s)' % (what, test['name']))
                 statuses.append(status)
                 gpu = res.get('gpu_ids', res.get('gpu_id', res.get('entity_id')))
@@ -241,3 +252,37 @@ def summarize(parsed):
     for test in parsed['tests']:
         counts[test['status'].lower()] += 1
     return counts
+
+
+def diag_checks(parsed, rc, fail_on=('Fail',), allowed_skips=(), required_tests=()):
+    """The run in the one result format: one check per test (name the test, subject its category), a
+    required test that did not run, nothing run at all, and a non-zero exit no failed test explains.
+    Fails closed: a skipped test is a fail unless allowed_skips names it."""
+    causes = dict((c['test'], c) for c in diag_causes(parsed))
+    checks = []
+    for test in parsed['tests']:
+        st = test['status']
+        name, subject = test['name'], test['category'] or 'diag'
+        if st == 'Pass':
+            checks.append(check(name, subject, 'ok', st, 'Pass', '%s pass' % name))
+        elif st == 'Skip':
+            allowed = name in allowed_skips
+            checks.append(check(name, subject, 'ok' if allowed else 'fail', st, 'Pass',
+                                '%s skipped%s' % (name, ' (allowed_skips names it)' if allowed
+                                                    else ': a test that did not run proves nothing')))
+        else:
+            c = causes[name]
+            checks.append(check(name, subject, 'fail' if st in fail_on else 'warn', st, 'Pass', '%s %s (%s%s)' % (
+                name, st.lower(), c['cause'], ', GPU ' + ','.join(c['gpus']) if c['gpus'] else '')))
+    ran = [t['name'] for t in parsed['tests'] if t['status'] != 'Skip']
+    listed = set(t['name'] for t in parsed['tests'])
+    for name in required_tests:
+        if name not in listed:
+            checks.append(check(name, 'required', 'fail', 'absent', 'Pass',
+                                '%s is required but dcgmi diag did not list it' % name))
+    if not ran:
+        checks.append(check('ran', 'diag', 'fail', 0, 'at least one test run',
+                             'no test ran: dcgmi diag skipped all %d' % len(parsed['tests'])))
+    if rc != 0 and not any(t['status'] in ('Fail', 'Warn') for t in parsed['tests']):
+        checks.append(check('exit', 'dcgmi', 'fail', rc, 0, 'dcgmi diag exited %d but no test failed' % rc))
+    return checks

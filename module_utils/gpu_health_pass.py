@@ -12,7 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 from ansible.module_utils.gpu_parsers import (HEALTH_QUERY_FIELDS, ParseError, parse_health_query,
                                               parse_nvsmi_q, parse_xid_log, readable_output)
-from ansible.module_utils.health_checks import evaluate_health, merge_records
+from ansible.module_utils.check_result import verdict
+from ansible.module_utils.health_checks import evaluate_health, health_check_list, merge_records
 
 __metaclass__ = type
 
@@ -75,7 +76,7 @@ def evaluate_pass(results, expected, fail_on=('fail',), temperature_margin_c=5, 
     """Grade one pass. results: {key: (rc, stdout, stderr)} for the keys of reads(); records: GPU
     records read otherwise (NVML), in which case query and q are not needed.
 
-    Returns dict(gpus, node, summary, records, xid_events, kernel_log_error, fabric_manager).
+    Returns dict(gpus, node, summary, records, xid_events, kernel_log_error, fabric_manager, checks, verdict).
     Raises ParseError naming the tool when nvidia-smi failed or printed what cannot be parsed."""
     if records is None:
         records = _smi('nvidia-smi --query-gpu', results['query'], parse_health_query)
@@ -90,5 +91,6 @@ def evaluate_pass(results, expected, fail_on=('fail',), temperature_margin_c=5, 
     fabric_manager = fabric_manager_state(results.get('fabric_manager'))
     gpus, node, summary = evaluate_health(records, expected, xid_events, fail_on, temperature_margin_c,
                                           fabric_manager=fabric_manager, kernel_log_error=log_error)
+    checks = health_check_list(gpus, node, expected)
     return dict(gpus=gpus, node=node, summary=summary, records=records, xid_events=xid_events,
-                kernel_log_error=log_error, fabric_manager=fabric_manager)
+                kernel_log_error=log_error, fabric_manager=fabric_manager, checks=checks, verdict=verdict(checks))

@@ -6,6 +6,7 @@ checks, RDMA port checks, gpu_settings planning, Prometheus textfile rendering."
 
 from __future__ import absolute_import, division, print_function
 
+from ansible.module_utils.check_result import from_severity_map
 from ansible.module_utils.gpu_parsers import (DISTANCE_ORDER, RECORD_FIELDS, ParseError, distance_rank,
                                               nvlink_count)
 
@@ -15,7 +16,7 @@ SEVERITIES = ('ok', 'warn', 'fail')
 _LABELS = {
     'link_code': 'link', 'min_nvlinks': 'nvlinks', 'nic_max_distance': 'nic distance',
     'gpu_count': 'gpu count', 'nic_count': 'nic count', 'nvlinks_active': 'link state',
-    'links_per_gpu': 'nvlink count',
+    'links_per_gpu': 'nvlink count', 'symmetry': 'matrix',
 }
 
 
@@ -42,6 +43,14 @@ def verify_topology(topology, expected):
     mm = []
     gpus = topology['gpus']
     links = topology['links']
+    # A link is one link seen from both ends: a matrix that disagrees with itself cannot be accounted for.
+    devices = [d for d in gpus + list(topology.get('nics') or []) if d in links]
+    for i, a in enumerate(devices):
+        for b in devices[i + 1:]:
+            ab, ba = links[a].get(b), links[b].get(a)
+            if ab != ba:
+                mm.append({'item': '%s-%s' % (a, b), 'check': 'symmetry', 'expected': 'the same link both ways',
+                           'found': 'nvidia-smi topo -m %s->%s %s but %s->%s %s' % (a, b, ab, b, a, ba)})
     if expected.get('gpu_count') is not None and int(expected['gpu_count']) != topology['gpu_count']:
         mm.append({'item': 'node', 'check': 'gpu_count', 'expected': int(expected['gpu_count']),
                    'found': topology['gpu_count']})
@@ -183,188 +192,242 @@ def _bad_values(rec, fields, needed=True):
     return out
 
 
-def _unaccounted(c, name, rec, fields, needed=True, value=None):
-    """Grade check `name` fail when its fields cannot be accounted for; True when it did."""
+def _unaccounted(rec, fields, needed=True, value=None):
+    """A fail naming the fields a check cannot account for (not reported when needed, or impossible), else None."""
     bad = _bad_values(rec, fields, needed)
     if bad:
-        c[name] = _chk('fail', '; '.join(bad), value if value is not None else dict((f, rec.get(f)) for f in fields))
-    return bool(bad)
+        return _chk('fail', '; '.join(bad), value if value is not None else dict((f, rec.get(f)) for f in fields))
+    return None
 
 
-def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5, fabric_manager=None, kernel_log_error=None):
-    """Grade one GPU record. Fails closed: a field a check needs that is not reported, or a value no
-    GPU can have, is a fail naming the nvidia-smi field and value (never ok)."""
-    expected = expected or {}
-    c = {}
+# The per-GPU checks, in report order: name -> function(rec, expected, ctx) returning
+# {severity, message, value}. ctx: xid_events, kernel_log_error, temperature_margin_c, fabric_manager.
+# Adding a check is one function here (with @gpu_check) and its test; the module's RETURN, the readiness
+# report and the Prometheus health timer take every registered check as it comes.
+GPU_CHECKS = []
+
+
+def gpu_check(name):
+    def register(fn):
+        GPU_CHECKS.append((name, fn))
+        return fn
+    return register
+
+
+@gpu_check('driver_version')
+def _check_driver(rec, expected, ctx):
     drv = rec.get('driver_version')
     want = expected.get('driver_version')
-    if _unaccounted(c, 'driver_version', rec, ['driver_version'], value=drv):
-        pass
-    elif want and not driver_matches(drv, want):
-        c['driver_version'] = _chk('fail', 'driver %s, expected %s' % (drv, want), drv)
-    else:
-        c['driver_version'] = _chk('ok', 'driver %s' % drv, drv)
+    bad = _unaccounted(rec, ['driver_version'], value=drv)
+    if bad:
+        return bad
+    if want and not driver_matches(drv, want):
+        return _chk('fail', 'driver %s, expected %s' % (drv, want), drv)
+    return _chk('ok', 'driver %s' % drv, drv)
+
+
+@gpu_check('persistence_mode')
+def _check_persistence(rec, expected, ctx):
     pm = rec.get('persistence_mode')
     want_pm = expected.get('persistence_mode', True)
-    if _unaccounted(c, 'persistence_mode', rec, ['persistence_mode'], value=pm):
-        pass
-    elif bool(pm) == bool(want_pm):
-        c['persistence_mode'] = _chk('ok', 'persistence mode %s' % ('enabled' if pm else 'disabled'), pm)
-    else:
-        sev = 'fail' if 'persistence_mode' in expected else 'warn'
-        c['persistence_mode'] = _chk(sev, 'persistence mode %s, expected %s' % (
-            'enabled' if pm else 'disabled', 'enabled' if want_pm else 'disabled'), pm)
+    bad = _unaccounted(rec, ['persistence_mode'], value=pm)
+    if bad:
+        return bad
+    if bool(pm) == bool(want_pm):
+        return _chk('ok', 'persistence mode %s' % ('enabled' if pm else 'disabled'), pm)
+    sev = 'fail' if 'persistence_mode' in expected else 'warn'
+    return _chk(sev, 'persistence mode %s, expected %s' % (
+        'enabled' if pm else 'disabled', 'enabled' if want_pm else 'disabled'), pm)
+
+
+@gpu_check('ecc')
+def _check_ecc(rec, expected, ctx):
     vol, agg = rec.get('ecc_uncorrected_volatile'), rec.get('ecc_uncorrected_aggregate')
     val = {'volatile_uncorrected': vol, 'aggregate_uncorrected': agg}
-    if _unaccounted(c, 'ecc', rec, ['ecc_uncorrected_volatile', 'ecc_uncorrected_aggregate'],
-                    needed=expected.get('ecc', True), value=val):
-        pass
-    elif vol is None and agg is None:
-        c['ecc'] = _chk('ok', 'ECC counters not reported (expected.ecc is false: ECC off or unsupported)', val)
-    elif vol:
-        c['ecc'] = _chk('fail', '%d volatile uncorrectable ECC errors (aggregate %s)' % (vol, agg), val)
-    elif agg:
-        c['ecc'] = _chk('warn', '%d aggregate uncorrectable ECC errors (none since reset)' % agg, val)
-    else:
-        c['ecc'] = _chk('ok', 'no uncorrectable ECC errors', val)
-    # A GPU reports its memory repairs one way: retired pages (up to Volta) or row remapping (Ampere on).
-    # Neither reported is a GPU we cannot account for.
+    bad = _unaccounted(rec, ['ecc_uncorrected_volatile', 'ecc_uncorrected_aggregate'],
+                       needed=expected.get('ecc', True), value=val)
+    if bad:
+        return bad
+    if vol is None and agg is None:
+        return _chk('ok', 'ECC counters not reported (expected.ecc is false: ECC off or unsupported)', val)
+    if vol:
+        return _chk('fail', '%d volatile uncorrectable ECC errors (aggregate %s)' % (vol, agg), val)
+    if agg:
+        return _chk('warn', '%d aggregate uncorrectable ECC errors (none since reset)' % agg, val)
+    return _chk('ok', 'no uncorrectable ECC errors', val)
+
+
+def _repairs(rec):
+    """(retires, remaps): whether the GPU reports page retirement / row remapping at all. A GPU reports its
+    memory repairs one way: retired pages (up to Volta) or row remapping (Ampere on)."""
+    retires = rec.get('retired_pages_pending') is not None or rec.get('retired_pages_dbe') is not None
+    remaps = rec.get('remapped_rows_pending') is not None or rec.get('remapped_rows_failure') is not None
+    return retires, remaps
+
+
+@gpu_check('retired_pages')
+def _check_retired_pages(rec, expected, ctx):
     pend, dbe = rec.get('retired_pages_pending'), rec.get('retired_pages_dbe')
-    rp, rf, ru = rec.get('remapped_rows_pending'), rec.get('remapped_rows_failure'), \
-        rec.get('remapped_rows_uncorrectable')
-    remaps = rp is not None or rf is not None
-    repairs_reported = expected.get('memory_repairs_reported', True)
+    remaps = _repairs(rec)[1]
     val = {'pending': pend, 'double_bit': dbe}
     max_dbe = expected.get('max_retired_pages', 60)
-    if _unaccounted(c, 'retired_pages', rec, ['retired_pages_pending', 'retired_pages_dbe'],
-                    needed=repairs_reported and not remaps, value=val):
-        pass
-    elif pend:
-        c['retired_pages'] = _chk('fail', 'page retirement pending (GPU reset needed), %s double-bit retired'
-                                  % dbe, val)
-    elif dbe is not None and dbe >= int(max_dbe):
-        c['retired_pages'] = _chk('fail', '%d double-bit retired pages (limit %d)' % (dbe, int(max_dbe)), val)
-    elif dbe:
-        c['retired_pages'] = _chk('warn', '%d double-bit retired pages' % dbe, val)
-    else:
-        c['retired_pages'] = _chk('ok', 'no pending page retirement' if pend is not None
-                                  else 'page retirement not reported (row remapping GPU)' if remaps
-                                  else 'not reported, as expected.memory_repairs_reported says', val)
+    bad = _unaccounted(rec, ['retired_pages_pending', 'retired_pages_dbe'],
+                       needed=expected.get('memory_repairs_reported', True) and not remaps, value=val)
+    if bad:
+        return bad
+    if pend:
+        return _chk('fail', 'page retirement pending (GPU reset needed), %s double-bit retired' % dbe, val)
+    if dbe is not None and dbe >= int(max_dbe):
+        return _chk('fail', '%d double-bit retired pages (limit %d)' % (dbe, int(max_dbe)), val)
+    if dbe:
+        return _chk('warn', '%d double-bit retired pages' % dbe, val)
+    return _chk('ok', 'no pending page retirement' if pend is not None
+                else 'page retirement not reported (row remapping GPU)' if remaps
+                else 'not reported, as expected.memory_repairs_reported says', val)
+
+
+@gpu_check('row_remap')
+def _check_row_remap(rec, expected, ctx):
+    rp, rf, ru = rec.get('remapped_rows_pending'), rec.get('remapped_rows_failure'), \
+        rec.get('remapped_rows_uncorrectable')
+    retires = _repairs(rec)[0]
     val = {'pending': rp, 'failure': rf, 'uncorrectable': ru}
-    retires = pend is not None or dbe is not None
-    if _unaccounted(c, 'row_remap', rec, ['remapped_rows_pending', 'remapped_rows_failure',
-                                          'remapped_rows_uncorrectable'],
-                    needed=repairs_reported and not retires, value=val):
-        pass
-    elif rp is not None and (rf is None or ru is None):
-        c['row_remap'] = _chk('fail', 'nvidia-smi remapped_rows reported in part: %s' % val, val)
-    elif rf:
-        c['row_remap'] = _chk('fail', 'row remapping failure occurred (RMA candidate)', val)
-    elif rp:
+    bad = _unaccounted(rec, ['remapped_rows_pending', 'remapped_rows_failure', 'remapped_rows_uncorrectable'],
+                       needed=expected.get('memory_repairs_reported', True) and not retires, value=val)
+    if bad:
+        return bad
+    if rp is not None and (rf is None or ru is None):
+        return _chk('fail', 'nvidia-smi remapped_rows reported in part: %s' % val, val)
+    if rf:
+        return _chk('fail', 'row remapping failure occurred (RMA candidate)', val)
+    if rp:
         sev = 'fail' if expected.get('row_remap_pending_fail', True) else 'warn'
-        c['row_remap'] = _chk(sev, 'row remapping pending (GPU reset needed), %s uncorrectable' % ru, val)
-    elif rp is None and rf is None:
-        c['row_remap'] = _chk('ok', 'row remapping not reported (page retirement GPU)' if retires
-                              else 'not reported, as expected.memory_repairs_reported says', val)
-    else:
-        c['row_remap'] = _chk('ok', 'no pending row remap (%s uncorrectable rows remapped)' % ru, val)
-    mine = [e for e in xid_events or [] if e['bus_id'] == rec.get('bus_id')]
+        return _chk(sev, 'row remapping pending (GPU reset needed), %s uncorrectable' % ru, val)
+    if rp is None and rf is None:
+        return _chk('ok', 'row remapping not reported (page retirement GPU)' if retires
+                    else 'not reported, as expected.memory_repairs_reported says', val)
+    return _chk('ok', 'no pending row remap (%s uncorrectable rows remapped)' % ru, val)
+
+
+@gpu_check('xid')
+def _check_xid(rec, expected, ctx):
+    xid_events = ctx.get('xid_events')
     if xid_events is None:
-        c['xid'] = _chk('fail', 'Xid not checked: %s' % (kernel_log_error or 'kernel log not read'), None)
-    elif not mine:
-        c['xid'] = _chk('ok', 'no Xid events', [])
-    else:
-        codes = sorted(set(e['xid'] for e in mine))
-        sev = 'fail' if any(e['severity'] == 'fail' for e in mine) else 'warn'
-        c['xid'] = _chk(sev, '%d Xid events, codes %s; last: %s' % (
-            len(mine), ', '.join(str(x) for x in codes), mine[-1]['message'][:120]), codes)
+        return _chk('fail', 'Xid not checked: %s' % (ctx.get('kernel_log_error') or 'kernel log not read'), None)
+    mine = [e for e in xid_events if e['bus_id'] == rec.get('bus_id')]
+    if not mine:
+        return _chk('ok', 'no Xid events', [])
+    codes = sorted(set(e['xid'] for e in mine))
+    sev = 'fail' if any(e['severity'] == 'fail' for e in mine) else 'warn'
+    return _chk(sev, '%d Xid events, codes %s; last: %s' % (
+        len(mine), ', '.join(str(x) for x in codes), mine[-1]['message'][:120]), codes)
+
+
+@gpu_check('pcie')
+def _check_pcie(rec, expected, ctx):
     gc, gm, wc, wm = (rec.get('pcie_gen_current'), rec.get('pcie_gen_max'), rec.get('pcie_width_current'),
                       rec.get('pcie_width_max'))
     val = {'gen_current': gc, 'gen_max': gm, 'width_current': wc, 'width_max': wm}
     pcie = expected.get('pcie') or {}
     eg, ew = pcie.get('gen'), pcie.get('width')
+    bad = _unaccounted(rec, ['pcie_gen_current', 'pcie_gen_max', 'pcie_width_current', 'pcie_width_max'],
+                       value=val)
+    if bad:
+        return bad
     want_w = int(ew) if ew is not None else wm
     want_g = int(eg) if eg is not None else gm
-    if _unaccounted(c, 'pcie', rec, ['pcie_gen_current', 'pcie_gen_max', 'pcie_width_current', 'pcie_width_max'],
-                    value=val):
-        pass
-    elif wc > wm or gc > gm:
-        c['pcie'] = _chk('fail', 'nvidia-smi PCIe link above its maximum: gen %s of %s, x%s of x%s'
-                         % (gc, gm, wc, wm), val)
-    elif wc < want_w:
-        c['pcie'] = _chk('fail', 'PCIe width x%s, expected x%s' % (wc, want_w), val)
-    elif eg is not None and gm < int(eg):
-        c['pcie'] = _chk('fail', 'PCIe max gen %s, expected gen %s' % (gm, eg), val)
-    elif gc < want_g:
-        c['pcie'] = _chk('warn', 'PCIe gen %s below gen %s (may be idle link power saving)' % (gc, want_g), val)
-    else:
-        c['pcie'] = _chk('ok', 'PCIe gen %s x%s' % (gc, wc), val)
-    t = rec.get('temperature_c')
-    slow = rec.get('slowdown_temp_c')
+    if wc > wm or gc > gm:
+        return _chk('fail', 'nvidia-smi PCIe link above its maximum: gen %s of %s, x%s of x%s' % (gc, gm, wc, wm),
+                    val)
+    if wc < want_w:
+        return _chk('fail', 'PCIe width x%s, expected x%s' % (wc, want_w), val)
+    if eg is not None and gm < int(eg):
+        return _chk('fail', 'PCIe max gen %s, expected gen %s' % (gm, eg), val)
+    if gc < want_g:
+        return _chk('warn', 'PCIe gen %s below gen %s (may be idle link power saving)' % (gc, want_g), val)
+    return _chk('ok', 'PCIe gen %s x%s' % (gc, wc), val)
+
+
+@gpu_check('temperature')
+def _check_temperature(rec, expected, ctx):
+    t, slow = rec.get('temperature_c'), rec.get('slowdown_temp_c')
     alert = expected.get('temperature_alert_c')
     val = {'current': t, 'alert': alert, 'slowdown': slow}
-    if _unaccounted(c, 'temperature', rec, ['temperature_c', 'slowdown_temp_c'], value=val):
-        pass
-    else:
-        if alert is None:
-            alert = slow - int(temperature_margin_c)
-            val['alert'] = alert
-        if t >= slow:
-            c['temperature'] = _chk('fail', '%s C at or above slowdown %s C' % (t, slow), val)
-        elif t >= alert:
-            c['temperature'] = _chk('warn', '%s C at or above alert %s C' % (t, alert), val)
-        else:
-            c['temperature'] = _chk('ok', '%s C (alert %s C)' % (t, alert), val)
-    hw = rec.get('throttle_hw_slowdown')
-    ht = rec.get('throttle_hw_thermal')
-    pb = rec.get('throttle_hw_power_brake')
-    st = rec.get('throttle_sw_thermal')
-    val = {'hw_slowdown': hw, 'hw_thermal_slowdown': ht, 'hw_power_brake_slowdown': pb,
-           'sw_thermal_slowdown': st}
+    bad = _unaccounted(rec, ['temperature_c', 'slowdown_temp_c'], value=val)
+    if bad:
+        return bad
+    if alert is None:
+        alert = slow - int(ctx.get('temperature_margin_c', 5))
+        val['alert'] = alert
+    if t >= slow:
+        return _chk('fail', '%s C at or above slowdown %s C' % (t, slow), val)
+    if t >= alert:
+        return _chk('warn', '%s C at or above alert %s C' % (t, alert), val)
+    return _chk('ok', '%s C (alert %s C)' % (t, alert), val)
+
+
+@gpu_check('throttle')
+def _check_throttle(rec, expected, ctx):
+    val = {'hw_slowdown': rec.get('throttle_hw_slowdown'), 'hw_thermal_slowdown': rec.get('throttle_hw_thermal'),
+           'hw_power_brake_slowdown': rec.get('throttle_hw_power_brake'),
+           'sw_thermal_slowdown': rec.get('throttle_sw_thermal')}
     active = [k for k in ('hw_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown') if val[k]]
     if active:
-        c['throttle'] = _chk('fail', 'clock event reasons active: %s' % ', '.join(active), val)
-    elif _unaccounted(c, 'throttle', rec, ['throttle_hw_slowdown', 'throttle_hw_thermal', 'throttle_hw_power_brake',
-                                           'throttle_sw_thermal'], value=val):
-        pass
-    elif st:
-        c['throttle'] = _chk('warn', 'software thermal slowdown active', val)
-    else:
-        c['throttle'] = _chk('ok', 'no hardware slowdown', val)
+        return _chk('fail', 'clock event reasons active: %s' % ', '.join(active), val)
+    bad = _unaccounted(rec, ['throttle_hw_slowdown', 'throttle_hw_thermal', 'throttle_hw_power_brake',
+                             'throttle_sw_thermal'], value=val)
+    if bad:
+        return bad
+    if val['sw_thermal_slowdown']:
+        return _chk('warn', 'software thermal slowdown active', val)
+    return _chk('ok', 'no hardware slowdown', val)
+
+
+@gpu_check('power')
+def _check_power(rec, expected, ctx):
     draw, limit = rec.get('power_draw_w'), rec.get('power_limit_w')
     want_limit = expected.get('power_limit_watts')
     val = {'draw': draw, 'limit': limit}
-    if _unaccounted(c, 'power', rec, ['power_draw_w', 'power_limit_w'], value=val):
-        pass
-    elif want_limit is not None and int(round(limit)) != int(want_limit):
-        c['power'] = _chk('warn', 'power limit %d W drifted from expected %d W' % (round(limit), int(want_limit)),
-                          val)
-    elif draw > limit * 1.05:
-        c['power'] = _chk('warn', 'power draw %.1f W above limit %.0f W' % (draw, limit), val)
-    else:
-        c['power'] = _chk('ok', 'power %s W of %s W' % (draw, limit), val)
-    fs, fst = rec.get('fabric_state'), rec.get('fabric_status')
-    val = {'state': fs, 'status': fst, 'fabric_manager': fabric_manager}
+    bad = _unaccounted(rec, ['power_draw_w', 'power_limit_w'], value=val)
+    if bad:
+        return bad
+    if want_limit is not None and int(round(limit)) != int(want_limit):
+        return _chk('warn', 'power limit %d W drifted from expected %d W' % (round(limit), int(want_limit)), val)
+    if draw > limit * 1.05:
+        return _chk('warn', 'power draw %.1f W above limit %.0f W' % (draw, limit), val)
+    return _chk('ok', 'power %s W of %s W' % (draw, limit), val)
+
+
+@gpu_check('fabric')
+def _check_fabric(rec, expected, ctx):
+    fs, fst, fm = rec.get('fabric_state'), rec.get('fabric_status'), ctx.get('fabric_manager')
+    val = {'state': fs, 'status': fst, 'fabric_manager': fm}
     if expected.get('nvswitch'):
         if fs == 'Completed' and fst == 'Success':
-            c['fabric'] = _chk('ok', 'fabric registration Completed/Success', val)
-        elif fs is None and fst is None:
+            return _chk('ok', 'fabric registration Completed/Success', val)
+        if fs is None and fst is None:
             # Pre-Hopper GPUs (A100) report no fabric registration: their NVSwitch fabric is Fabric
             # Manager's alone, so its service state is the reading.
-            if fabric_manager == 'active':
-                c['fabric'] = _chk('ok', 'GPU reports no fabric registration (pre-Hopper); '
-                                   'nvidia-fabricmanager is active', val)
-            else:
-                c['fabric'] = _chk('fail', 'GPU reports no fabric registration (pre-Hopper) and '
-                                   'nvidia-fabricmanager is %s' % (fabric_manager or 'not checked'), val)
-        else:
-            c['fabric'] = _chk('fail', 'nvidia-smi fabric.state %r fabric.status %r, expected Completed/Success '
-                               '(is nvidia-fabricmanager running?)' % (fs, fst), val)
-    elif fs is not None and fs not in FABRIC_STATES:
-        c['fabric'] = _chk('fail', 'nvidia-smi fabric.state %r is not a state nvidia-smi prints' % fs, val)
-    else:
-        c['fabric'] = _chk('ok', 'fabric not checked (no NVSwitch expected), state %s' % fs, val)
-    return c
+            if fm == 'active':
+                return _chk('ok', 'GPU reports no fabric registration (pre-Hopper); nvidia-fabricmanager is active',
+                            val)
+            return _chk('fail', 'GPU reports no fabric registration (pre-Hopper) and nvidia-fabricmanager is %s'
+                        % (fm or 'not checked'), val)
+        return _chk('fail', 'nvidia-smi fabric.state %r fabric.status %r, expected Completed/Success '
+                    '(is nvidia-fabricmanager running?)' % (fs, fst), val)
+    if fs is not None and fs not in FABRIC_STATES:
+        return _chk('fail', 'nvidia-smi fabric.state %r is not a state nvidia-smi prints' % fs, val)
+    return _chk('ok', 'fabric not checked (no NVSwitch expected), state %s' % fs, val)
+
+
+def evaluate_gpu(rec, expected, xid_events, temperature_margin_c=5, fabric_manager=None, kernel_log_error=None):
+    """Grade one GPU record with every registered check: {name: {severity, message, value}}. Fails closed:
+    a field a check needs that is not reported, or a value no GPU can have, is a fail naming the nvidia-smi
+    field and value (never ok)."""
+    expected = expected or {}
+    ctx = {'xid_events': xid_events, 'kernel_log_error': kernel_log_error,
+           'temperature_margin_c': temperature_margin_c, 'fabric_manager': fabric_manager}
+    return dict((name, fn(rec, expected, ctx)) for name, fn in GPU_CHECKS)
 
 
 def _duplicates(values):
@@ -440,6 +503,30 @@ def evaluate_health(records, expected, xid_events, fail_on=('fail',), temperatur
     return gpus, node, summary
 
 
+def _expected_of(expected):
+    """What each gpu_health check compared against, for the result format's `expected`."""
+    pcie = expected.get('pcie') or {}
+    return {
+        'driver_version': expected.get('driver_version'), 'persistence_mode': expected.get('persistence_mode', True),
+        'ecc': 'no volatile uncorrectable errors', 'retired_pages': 'none pending, fewer than %d double-bit'
+        % int(expected.get('max_retired_pages', 60)), 'row_remap': 'none pending, no failure', 'xid': 'no Xid events',
+        'pcie': dict((k, v) for k, v in (('gen', pcie.get('gen')), ('width', pcie.get('width'))) if v is not None)
+        or 'at its maximum', 'temperature': {'below_alert_c': expected.get('temperature_alert_c')},
+        'throttle': 'no hardware slowdown', 'power': {'limit_w': expected.get('power_limit_watts')},
+        'fabric': 'Completed/Success' if expected.get('nvswitch') else None,
+        'count': expected.get('gpu_count'), 'driver': expected.get('driver_version'),
+    }
+
+
+def health_check_list(gpus, node, expected=None):
+    """The one result format (module_utils/check_result.py) of evaluate_health's output."""
+    exp = _expected_of(expected or {})
+    out = []
+    for g in gpus:
+        out += from_severity_map('GPU%s' % g['index'], g['checks'], exp)
+    return out + from_severity_map('node', node, exp)
+
+
 def summarize(items, fail_on=('fail',)):
     counts = dict((s, 0) for s in SEVERITIES)
     failed, warned, hits = [], [], []
@@ -490,7 +577,7 @@ def evaluate_port(port, expected):
         if ok:
             checks[name] = _chk('ok', message, found)
         else:
-            checks[name] = _chk('fail', '%s: %s expected %s found %s' % (item, name, exp, found), found)
+            checks[name] = _chk('fail', 'expected %s, found %s' % (exp, found), found)
             mm.append({'item': item, 'check': name, 'expected': exp, 'found': found})
 
     if expected.get('state'):

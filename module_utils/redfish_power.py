@@ -10,6 +10,8 @@ __metaclass__ = type
 
 import re
 
+from ansible.module_utils.check_result import check
+
 
 class RedfishError(Exception):
     pass
@@ -202,6 +204,24 @@ def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, l
             elif out['coolant_inlet_c'] is None:
                 out['coolant_inlet_c'] = reading
     out['leak_detected'] = bool(out['leaks'])
+    return out
+
+
+def cooling_checks(summary):
+    """cooling_summary's findings in the one result format (module_utils/check_result.py)."""
+    out = [check('reading', 'bmc', 'fail', None, 'a readable, enabled sensor', problem)
+           for problem in summary['problems']]
+    for name in summary['leaks']:
+        out.append(check('leak', name, 'fail', 'leak', 'no leak', 'leak detected by %s' % name))
+    if not summary['leak_detection']:
+        out.append(check('leak', 'leak detection', 'warn', None, 'no leak',
+                         'the BMC exposes no leak detection (read: %s)' % (', '.join(summary['sources']) or 'nothing')))
+    elif not summary['leaks']:
+        out.append(check('leak', 'leak detection', 'ok', 'no leak', 'no leak', 'every leak detector OK'))
+    inlet = summary['coolant_inlet_c']
+    out.append(check('coolant_inlet_c', 'coolant', 'ok' if inlet is not None else 'warn', inlet, None,
+                     'coolant inlet %.1f C' % inlet if inlet is not None else 'the BMC reports no coolant inlet '
+                     'temperature'))
     return out
 
 

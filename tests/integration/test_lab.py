@@ -317,16 +317,23 @@ FAULTS = {
                {"ecc": ["GPU1 ecc", "GPU6 row_remap"]}),
     "gpu-b2": ({"xid": [{"gpu": 4, "code": 79}], "pcie_degraded": [{"gpu": 0, "width": 8}]},
                {"xid": ["GPU4 xid", "79"], "pcie": ["GPU0 pcie", "x8"]}),
+    # gpu-b3 (A100, pre-Hopper NVSwitch) also has its Fabric Manager stopped by hand in the test below.
     "gpu-b3": ({"over_temperature": [{"gpu": 2, "temp": 95}], "rdma_port_down": [{"device": "mlx5_1"}]},
-               {"gpus": ["GPU2 temperature"], "rdma": ["mlx5_1"]}),
+               {"gpus": ["GPU2 temperature", "GPU0 fabric", "nvidia-fabricmanager is inactive"],
+                "rdma": ["mlx5_1"]}),
 }
 
 
 def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
     for host, (faults, _) in FAULTS.items():
         set_faults(host, faults)
-    # A drifted power limit is a warning: reported on the right GPU, not gating.
-    set_faults("gpu-a3", {"power_limit_drift": [{"gpu": 1, "watts": 300}]})
+    # Drifts made by hand, as an operator would: a power limit changed with nvidia-smi is a warning,
+    # reported on the right GPU and not gating; the Fabric Manager the profile needs, stopped, is a fail.
+    a3_smi = ["docker", "exec", "gpulab-gpu-a3", "nvidia-smi", "-i", "1"]
+    limit = subprocess.run(a3_smi + ["--query-gpu=power.limit", "--format=csv,noheader,nounits"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    subprocess.run(a3_smi + ["-pl", "300"], check=True, capture_output=True)
+    subprocess.run(["docker", "exec", "gpulab-gpu-b3", "systemctl", "stop", "nvidia-fabricmanager"], check=True)
     try:
         rc, out = playbook("playbooks/verify.yml", check=False)
         assert rc != 0, "verify.yml must fail when nodes are not ready"
@@ -343,11 +350,13 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
         a3 = rows["gpu-a3"]
         assert a3["ready"], a3["reasons"]
         assert a3["columns"]["gpus"]["status"] == "warn"
-        assert any("GPU1 power" in r for r in a3["columns"]["gpus"]["reasons"]), a3["columns"]["gpus"]
+        assert any("GPU1 power" in r and "300 W" in r for r in a3["columns"]["gpus"]["reasons"]), a3["columns"]["gpus"]
         assert "1 of 6 nodes ready" in out
     finally:
-        for host in list(FAULTS) + ["gpu-a3"]:
+        for host in FAULTS:
             set_faults(host, {})
+        subprocess.run(a3_smi + ["-pl", str(int(float(limit)))], check=True, capture_output=True)
+        subprocess.run(["docker", "exec", "gpulab-gpu-b3", "systemctl", "start", "nvidia-fabricmanager"], check=True)
     rc, out = playbook("playbooks/verify.yml")
     assert all(r["ready"] for r in report().values())
 

@@ -94,4 +94,25 @@ def run_module(main, args, responses, bins=None, check_mode=False):
             mock.patch.object(basic.AnsibleModule, 'get_bin_path', get_bin_path):
         with pytest.raises(ModuleExit) as exc:
             main()
+    if 'checks' in exc.value.result or 'verdict' in exc.value.result:
+        assert_result_format(exc.value.result, exc.value.failed)
     return exc.value.result, exc.value.failed, runner
+
+
+CHECK_KEYS = {'name', 'subject', 'status', 'measured', 'expected', 'reason'}
+
+
+def assert_result_format(result, failed):
+    """The one result format (docs/DESIGN.md): every module test checks it on every result it gets."""
+    checks = result['checks']
+    assert isinstance(checks, list), checks
+    for c in checks:
+        assert set(c) == CHECK_KEYS, c
+        assert c['status'] in ('ok', 'warn', 'fail') and isinstance(c['reason'], str) and c['reason'], c
+        assert isinstance(c['name'], str) and isinstance(c['subject'], str) and c['subject'], c
+    statuses = [c['status'] for c in checks]
+    worst = 'fail' if 'fail' in statuses or not checks else 'warn' if 'warn' in statuses else 'ok'
+    assert result['verdict'] == worst, (result['verdict'], statuses)
+    if result['verdict'] == 'fail' and not failed:
+        # only redfish_power, which sets a cap, returns its failed readings without failing
+        assert 'cooling' in result, result

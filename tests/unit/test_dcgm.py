@@ -1,6 +1,7 @@
 """dcgmi diag parsers (text table and -j JSON) and the dcgm_diag module, over the recorded outputs."""
 
 import json
+import re
 
 import pytest
 
@@ -103,7 +104,61 @@ def test_module_passes_on_a_clean_run_and_reads_text_when_asked():
     clean = fixture(R4).replace('| Persistence Mode          | Fail  ', '| Persistence Mode          | Pass  ')
     res, failed, _ = run_module(dcgm_diag.main, {'level': 4, 'json': False, 'gpu_list': [0]},
                                 {('diag', '-r', '4', '-i', '0'): (0, clean, '')}, bins=BINS)
-    assert not failed and res['summary'] == {'pass': 10, 'fail': 0, 'warn': 0, 'skip': 6}
+    skipped = ['PCIe', 'GPU Memory', 'Pulse Test', 'Targeted Stress', 'Targeted Power', 'Memory Bandwidth']
+    # Fail closed: the six tests dcgmi skipped proved nothing, so the run fails naming each one.
+    assert failed and res['summary'] == {'pass': 10, 'fail': 0, 'warn': 0, 'skip': 6}
+    assert res['verdict'] == 'fail'
+    assert [c['name'] for c in res['checks'] if c['status'] == 'fail'] == skipped
+    assert 'Pulse Test skipped: a test that did not run proves nothing' in res['msg']
+    res, failed, _ = run_module(dcgm_diag.main, {'level': 4, 'json': False, 'gpu_list': [0],
+                                                 'allowed_skips': skipped},
+                                {('diag', '-r', '4', '-i', '0'): (0, clean, '')}, bins=BINS)
+    assert not failed and res['verdict'] == 'ok' and len(res['checks']) == 16, res.get('msg')
+    assert {(c['subject'], c['name'], c['status'], c['measured']) for c in res['checks']} >= {
+        ('Stress', 'Memtest', 'ok', 'Pass'), ('Hardware', 'Pulse Test', 'ok', 'Skip')}
+
+
+def _diag(text, rc=0, **params):
+    params.setdefault('json', False)
+    argv = ('diag', '-r', str(params.get('level', 1))) + (('-j',) if params['json'] else ())
+    return run_module(dcgm_diag.main, params, {argv: (rc, text, '')}, bins=BINS)
+
+
+def test_a_table_cut_off_before_its_border_fails_naming_the_last_test():
+    lines = fixture(R4).splitlines()
+    res, failed, _ = _diag('\n'.join(lines[:-1]) + '\n', level=4)
+    assert failed and 'without its closing +---+ border' in res['msg'] and 'last: Memtest' in res['msg']
+    res, failed, _ = _diag('\n'.join(lines[:12]) + '\n', level=4)
+    assert failed and 'cut off' in res['msg']
+
+
+def test_nothing_run_a_missing_required_test_and_an_unexplained_exit_fail():
+    all_skip = re.sub(r'\| (Pass|Fail)( - All)?(\s*)\|', lambda m: '| Skip' + ' ' * (len(m.group(0)) - 7) + '|',
+                      fixture(R4))
+    res, failed, _ = _diag(all_skip, level=4, allowed_skips=[t['name'] for t in
+                                                             parse_dcgmi_diag(fixture(R4))['tests']])
+    assert failed and res['summary']['skip'] == 16, res['summary']
+    assert [c['name'] for c in res['checks'] if c['status'] == 'fail'] == ['ran']
+    res, failed, _ = _diag(fixture(R4), level=4, required_tests=['Memtest', 'EUD'],
+                           allowed_skips=['PCIe', 'GPU Memory', 'Pulse Test', 'Targeted Stress', 'Targeted Power',
+                                          'Memory Bandwidth'])
+    assert failed and {(c['subject'], c['name']) for c in res['checks'] if c['status'] == 'fail'} == {
+        ('Deployment', 'Persistence Mode'), ('required', 'EUD')}
+    clean = fixture(R4).replace('| Persistence Mode          | Fail  ', '| Persistence Mode          | Pass  ')
+    res, failed, _ = _diag(clean, rc=3, level=4, allowed_skips=['PCIe', 'GPU Memory', 'Pulse Test',
+                                                                 'Targeted Stress', 'Targeted Power',
+                                                                 'Memory Bandwidth'])
+    assert failed and res['msg'] == 'DCGM diagnostic level 4: dcgmi diag exited 3 but no test failed'
+
+
+def test_json_with_results_of_the_wrong_shape_fails_with_a_reason():
+    doc = {'DCGM GPU Diagnostic': {'test_categories': [{'category': 'Deployment', 'tests': [
+        {'name': 'Denylist', 'results': ['Pass']}]}]}}
+    res, failed, _ = _diag(json.dumps(doc), json=True)
+    assert failed and "a result is 'Pass', not an object" in res['msg']
+    doc['DCGM GPU Diagnostic']['test_categories'][0]['tests'][0] = {'name': None, 'results': []}
+    res, failed, _ = _diag(json.dumps(doc), json=True)
+    assert failed and 'has no name or results list' in res['msg']
 
 
 def test_module_bad_output_missing_binary_and_check_mode():

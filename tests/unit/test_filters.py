@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "filter_p
 
 from network import rail_address, rail_capacity  # noqa: E402
 from readiness import readiness_row, missing_row, readiness_table  # noqa: E402
+from ansible.module_utils.check_result import from_mismatches, from_severity_map  # noqa: E402
 
 
 @pytest.mark.parametrize("subnet,index,expected", [
@@ -47,14 +48,19 @@ def _ok(check="ok"):
 
 
 def _results(topology_mismatches=(), gpu_checks=None, node_checks=None, rdma_mismatches=()):
+    """Module results in the one result format, built by the modules' own converters."""
     gpu_checks = gpu_checks or {}
+    gpus = [{"index": i, "checks": dict({"ecc": _ok(), "xid": _ok(), "pcie": _ok(), "temperature": _ok()},
+                                        **gpu_checks.get(i, {}))} for i in range(2)]
+    node = node_checks or {"count": _ok()}
+    checks = [c for g in gpus for c in from_severity_map("GPU%d" % g["index"], g["checks"])]
     return {
-        "topology": {"topology": {"gpu_count": 2}, "mismatches": list(topology_mismatches)},
-        "gpu": {"gpus": [{"index": i, "checks": dict({"ecc": _ok(), "xid": _ok(), "pcie": _ok(),
-                                                         "temperature": _ok()}, **gpu_checks.get(i, {}))}
-                         for i in range(2)],
-                "node": node_checks or {"count": _ok()}},
-        "rdma": {"ports": [{"device": "mlx5_0"}], "mismatches": list(rdma_mismatches)},
+        "topology": {"topology": {"gpu_count": 2}, "mismatches": list(topology_mismatches),
+                     "checks": from_mismatches(list(topology_mismatches), [("symmetry", "both ways"),
+                                                                            ("link_code", "NV18")])},
+        "gpu": {"gpus": gpus, "node": node, "checks": checks + from_severity_map("node", node)},
+        "rdma": {"ports": [{"device": "mlx5_0"}], "mismatches": list(rdma_mismatches),
+                 "checks": from_mismatches(list(rdma_mismatches), [("netdev_mtu", 9000)], subject="mlx5_0/1")},
     }
 
 
@@ -92,7 +98,9 @@ def test_module_that_returned_no_data_is_an_error():
     res = _results()
     res["topology"] = {"failed": True, "msg": "cannot parse nvidia-smi output: row GPU3 has 5 fields"}
     res["gpu"] = {"unreachable": True, "msg": "ssh timeout"}
+    res["rdma"] = {"checks": [], "verdict": "fail"}
     row = readiness_row(res, "gpu-a2")
+    assert row["columns"]["rdma"] == {"status": "fail", "reasons": ["rdma_health checked nothing"]}
     assert row["columns"]["topology"] == {"status": "error",
                                           "reasons": ["cannot parse nvidia-smi output: row GPU3 has 5 fields"]}
     assert row["columns"]["xid"]["status"] == "error"

@@ -48,3 +48,18 @@ def test_docs_parse_and_match_the_argument_spec(name):
     assert all('description' in v and 'returned' in v for v in returned.values()), name
     assert _options(doc.get('options'), doc=True) == _options(spec), name
     assert kwargs.get('supports_check_mode') is True, name
+
+
+CHECK_MODULES = ['dcgm_diag', 'gpu_health', 'nccl_bandwidth', 'nvlink_topology', 'rdma_health', 'redfish_power']
+
+
+@pytest.mark.parametrize('name', CHECK_MODULES)
+def test_check_modules_document_the_one_result_format(name):
+    ret = yaml.safe_load(importlib.import_module(name).RETURN)
+    checks = ret['checks']
+    assert checks['type'] == 'list' and checks['elements'] == 'dict'
+    assert set(checks['contains']) == {'name', 'subject', 'status', 'measured', 'expected', 'reason'}
+    assert 'docs/DESIGN.md' in ' '.join(checks['description'])
+    assert ret['verdict']['type'] == 'str'
+    with open(os.path.join(os.path.dirname(LIBRARY), 'docs', 'DESIGN.md')) as handle:
+        assert '`%s`' % name in handle.read().split('## Check results', 1)[1].split('\n## ', 1)[0]

@@ -57,6 +57,28 @@ def test_topology_mismatches():
     assert 'GPU2-GPU5 link expected NV18 found NV12' in res['msg']
     assert res['msg'].startswith('%d topology mismatches: ' % len(res['mismatches']))
     assert res['topology']['gpu_count'] == 8
+    # one result format: a fail per mismatch, an ok per expectation that held
+    assert res['verdict'] == 'fail'
+    assert ('link_code', 'GPU2-GPU5', 'fail', 'NV12', 'NV18') in [
+        (c['name'], c['subject'], c['status'], c['measured'], c['expected']) for c in res['checks']]
+    assert ('gpu_count', 'node', 'ok') in [(c['name'], c['subject'], c['status']) for c in res['checks']]
+
+
+def test_topology_asymmetric_matrix_fails_naming_both_ends():
+    """One link seen differently from its two ends (GPU5's row says NV12 to GPU2, GPU2's row NV18)."""
+    lines = H200_TOPO.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith('GPU5\t'))
+    cells = lines[i].split('\t')
+    cells[3] = 'NV12'
+    lines[i] = '\t'.join(cells)
+    res, failed, _ = run_module(nvlink_topology.main, {}, {('topo', '-m'): (0, '\n'.join(lines) + '\n', '')})
+    assert failed and res['verdict'] == 'fail'
+    sym = [c for c in res['checks'] if c['name'] == 'symmetry']
+    assert [(c['subject'], c['status']) for c in sym] == [('GPU2-GPU5', 'fail')]
+    assert 'nvidia-smi topo -m GPU2->GPU5 NV18 but GPU5->GPU2 NV12' in sym[0]['reason']
+    res, failed, _ = run_module(nvlink_topology.main, {}, {('topo', '-m'): (0, H200_TOPO, '')})
+    assert not failed and res['verdict'] == 'ok'
+    assert [(c['name'], c['subject'], c['status']) for c in res['checks']] == [('symmetry', 'node', 'ok')]
 
 
 def test_topology_min_nvlinks_and_error_thresholds():
@@ -148,6 +170,31 @@ def test_gpu_health_ok_h200(tmp_path):
     prom = (tmp_path / 'gpu_health.prom').read_text()
     assert 'gpu_health_ok 1' in prom
     assert [p for p in os.listdir(tmp_path) if p != 'gpu_health.prom'] == []  # temp file renamed away
+
+
+def test_a_registered_gpu_check_reaches_the_module_the_timer_metrics_and_the_report(tmp_path, monkeypatch):
+    """Adding a health check is one function: register it, and the module's checks, the Prometheus textfile
+    and the readiness report carry it with no other edit."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'filter_plugins'))
+    import readiness
+    from ansible.module_utils import health_checks
+    monkeypatch.setattr(health_checks, 'GPU_CHECKS', list(health_checks.GPU_CHECKS))
+
+    @health_checks.gpu_check('vbios_known')
+    def _vbios(rec, expected, ctx):
+        return {'severity': 'warn', 'message': 'VBIOS not in the site list', 'value': rec.get('index')}
+
+    res, failed, _ = run_module(gpu_health.main, {'textfile_dir': str(tmp_path)}, _health_responses())
+    assert not failed and res['verdict'] == 'warn'
+    assert ('vbios_known', 'GPU0', 'warn', 'VBIOS not in the site list') in [
+        (c['name'], c['subject'], c['status'], c['reason']) for c in res['checks']]
+    prom = (tmp_path / 'gpu_health.prom').read_text()
+    assert 'gpu_health_check_status{gpu="0",check="vbios_known",severity="warn"} 1' in prom
+    row = readiness.readiness_row({'gpu': res, 'topology': {'checks': res['checks'][:1]},
+                                   'rdma': {'checks': res['checks'][:1]}}, 'gpu-a1')
+    assert row['columns']['gpus']['status'] == 'warn'
+    assert 'GPU0 vbios_known: VBIOS not in the site list' in row['columns']['gpus']['reasons']
 
 
 def test_gpu_health_check_mode_writes_nothing(tmp_path):
@@ -400,3 +447,27 @@ def test_rdma_bad_sysfs_is_clean(tmp_path):
     assert failed and "mlx5_0 port 1 state: cannot parse 'garbage'" in res['msg']
     res, failed, _ = run_module(rdma_health.main, {'infiniband_root': str(tmp_path / 'none')}, {}, bins={})
     assert failed and 'cannot list RDMA devices' in res['msg']
+
+
+@pytest.mark.parametrize('attr', ['state', 'rate', 'link_layer', os.path.join('gid_attrs', 'types', '3')])
+def test_rdma_undecodable_sysfs_bytes_fail_naming_the_file(tmp_path, attr):
+    ib, net = _sysfs(tmp_path, ['mlx5_0'])
+    path = os.path.join(ib, 'mlx5_0', 'ports', '1', attr)
+    with open(path, 'wb') as f:
+        f.write(b'4: ACT\xff\xfeIVE\n')
+    res, failed, _ = run_module(rdma_health.main, {'infiniband_root': ib, 'net_root': net, 'expected': EXPECT},
+                                {}, bins={})
+    assert failed and res['msg'] == "cannot parse RDMA sysfs: %s holds bytes that are not UTF-8: %r" % (
+        path, b'4: ACT\xff\xfeIVE\n')
+
+
+def test_rdma_checks_in_the_one_result_format(tmp_path):
+    ib, net = _sysfs(tmp_path, ['mlx5_0', 'mlx5_1'], mtu=1500)
+    res, failed, _ = run_module(rdma_health.main, {'infiniband_root': ib, 'net_root': net, 'devices':
+                                                   ['mlx5_0', 'mlx5_1', 'mlx5_7'], 'expected': EXPECT}, {}, bins={})
+    assert failed and res['verdict'] == 'fail'
+    bad = [(c['subject'], c['name'], c['measured'], c['expected']) for c in res['checks'] if c['status'] == 'fail']
+    assert bad == [('mlx5_7', 'present', 'absent', 'present in %s' % ib),
+                   ('mlx5_0/1', 'netdev_mtu', 1500, 9000), ('mlx5_0/1', 'active_mtu', 1024, 4096),
+                   ('mlx5_1/1', 'netdev_mtu', 1500, 9000), ('mlx5_1/1', 'active_mtu', 1024, 4096)], bad
+    assert ('mlx5_0/1', 'state', 'ok') in [(c['subject'], c['name'], c['status']) for c in res['checks']]

@@ -107,6 +107,18 @@ def test_module_passes_and_returns_the_contract():
     assert res['avg_busbw_gbps'] == 446.673 and res['nccl_version'] == '2.28.7'
     assert res['devices'] == ['NVIDIA GB300'] * 4 and res['out_of_bounds'] == 0
     assert res['results'][0]['size_bytes'] == 8589934592 and res['failures'] == []
+    assert res['verdict'] == 'ok' and [(c['name'], c['measured'], c['expected']) for c in res['checks']] == [
+        ('busbw_gbps', 446.673, 440.0), ('exit', 0, 0), ('wrong_results', 0, 0), ('out_of_bounds', 0, 0)]
+
+
+def test_module_fails_closed_on_a_missing_out_of_bounds_line_and_a_non_zero_exit():
+    text = '\n'.join(line for line in fixture(GB300).splitlines() if 'Out of bounds' not in line) + '\n'
+    res, failed, _ = run_module(nccl_bandwidth.main, {}, {_argv_is_allreduce: (134, text, '')}, bins=BINS)
+    assert failed and res['verdict'] == 'fail'
+    assert [(c['name'], c['status']) for c in res['checks']] == [
+        ('busbw_gbps', 'ok'), ('exit', 'fail'), ('wrong_results', 'ok'), ('out_of_bounds', 'fail')]
+    assert res['msg'] == ("NCCL all-reduce gate failed: all_reduce_perf exited 134; "
+                          "all_reduce_perf printed no '# Out of bounds values' line")
 
 
 def test_module_fails_below_threshold_with_measured_and_required():

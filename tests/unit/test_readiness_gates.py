@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 import dcgm_diag
 import nccl_bandwidth
+from ansible.module_utils.check_result import check
 from ansible.module_utils.nccl_parsers import bandwidth_findings, parse_nccl_tests
 from helpers import fixture, run_module
 
@@ -38,9 +39,10 @@ def dcgm(text, rc=0):
 
 
 def base():
-    return {"topology": {"topology": {}, "mismatches": []},
-            "gpu": {"gpus": [{"index": 0, "checks": {"count": {"severity": "ok"}}}], "node": {}},
-            "rdma": {"ports": [], "mismatches": []}}
+    ok = [check("count", "node", "ok", 8, 8, "as expected")]
+    return {"topology": {"topology": {}, "mismatches": [], "checks": ok},
+            "gpu": {"gpus": [{"index": 0, "checks": {}}], "node": {}, "checks": ok},
+            "rdma": {"ports": [], "mismatches": [], "checks": ok}}
 
 
 def test_thresholds_cover_every_model_and_every_profile_names_one():

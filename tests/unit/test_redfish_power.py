@@ -98,6 +98,10 @@ def test_read_only_reports_cooling(lab):
     assert not failed and not result["changed"]
     assert result["cooling"] == {"coolant_inlet_c": 32.0, "leak_detection": True, "leak_detected": False,
                                  "leaks": [], "sources": ["ThermalSubsystem", "LeakDetection", "Thermal"], "problems": []}
+    assert result["verdict"] == "ok"
+    assert [(c["name"], c["subject"], c["status"], c["measured"]) for c in result["checks"]] == [
+        ("power_limit", result["resource"], "ok", result["limit_watts"]),
+        ("leak", "leak detection", "ok", "no leak"), ("coolant_inlet_c", "coolant", "ok", 32.0)]
 
 
 def test_a_leak_is_reported_by_detector(tmp_path, cert):
@@ -110,6 +114,9 @@ def test_a_leak_is_reported_by_detector(tmp_path, cert):
     assert result["cooling"]["leak_detected"] and result["cooling"]["coolant_inlet_c"] == 47.5
     assert "Cold plates" in result["cooling"]["leaks"] and "Cold plate moisture" in result["cooling"]["leaks"]
     assert "Rack manifold float switch" not in result["cooling"]["leaks"]
+    assert result["verdict"] == "fail"
+    assert ("leak", "Cold plates", "fail", "leak detected by Cold plates") in [
+        (c["name"], c["subject"], c["status"], c["reason"]) for c in result["checks"]]
 
 
 def test_air_cooled_node_has_no_coolant_or_leak_detection(tmp_path, cert):
@@ -120,6 +127,8 @@ def test_air_cooled_node_has_no_coolant_or_leak_detection(tmp_path, cert):
         bmc.stop()
     assert not failed and result["limit_watts"] == 3000
     assert result["cooling"]["coolant_inlet_c"] is None and not result["cooling"]["leak_detection"]
+    assert result["verdict"] == "warn" and [(c["name"], c["status"]) for c in result["checks"]] == [
+        ("power_limit", "ok"), ("leak", "warn"), ("coolant_inlet_c", "warn")]
 
 
 @pytest.mark.parametrize("auth", ["session", "basic"])
