@@ -160,6 +160,85 @@ def inference_model_checksums(find_result, root):
             for entry in find_result["files"] if entry.get("checksum")}
 
 
+def _number(value, kind=int):
+    """value as an int/float the way the role reads it, None when it is not one (a bool is not a number)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return kind(str(value).strip()) if kind is float else int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _outside(value, low, high, kind=int, low_open=False):
+    n = _number(value, kind)
+    return n is None or not ((low < n) if low_open else (low <= n)) or n > high
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_NOT_INSIDE = re.compile(r"^/|(^|/)\.\.(/|$)")
+
+
+def inference_runtime_problems(values, engines, gpu_count=None, profile=None):
+    """Every rule on the inference_runtime settings that an argument spec cannot say, one text per problem
+    ("<variable>=<value> ..."). A rule runs only when its variables are in `values`: the role passes all of
+    them, preflight the ones an inventory sets (so a partial inventory is judged on what it says).
+    gpu_count/profile: the node's hardware profile, for the tensor-parallel rule."""
+    v = values
+    out = []
+    if "inference_runtime_engine" in v and v["inference_runtime_engine"] not in engines:
+        out.append("inference_runtime_engine=%s is not one of %s" % (v["inference_runtime_engine"], ", ".join(engines)))
+    tp = v.get("inference_runtime_tensor_parallel_size")
+    if tp is not None and gpu_count is not None:
+        n = _number(tp) if re.match(r"^[0-9]+$", str(tp)) else None
+        if n is None or n < 1 or int(gpu_count) % n:
+            out.append("inference_runtime_tensor_parallel_size=%s does not divide the GPU count %s of "
+                       "hardware_profile %s" % (tp, gpu_count, profile))
+    if "inference_runtime_max_batch_size" in v and _outside(v["inference_runtime_max_batch_size"], 16, 256):
+        out.append("inference_runtime_max_batch_size=%s is outside 16-256" % v["inference_runtime_max_batch_size"])
+    if "inference_runtime_max_tokens_per_batch" in v and "inference_runtime_max_batch_size" in v and \
+            (_number(v["inference_runtime_max_tokens_per_batch"]) or 0) < \
+            (_number(v["inference_runtime_max_batch_size"]) or 0):
+        out.append("inference_runtime_max_tokens_per_batch=%s is smaller than inference_runtime_max_batch_size"
+                   % v["inference_runtime_max_tokens_per_batch"])
+    if "inference_runtime_batch_timeout_ms" in v and _outside(v["inference_runtime_batch_timeout_ms"], 1, 10000):
+        out.append("inference_runtime_batch_timeout_ms=%s is outside 1-10000" % v["inference_runtime_batch_timeout_ms"])
+    if "inference_runtime_quantization" in v and v["inference_runtime_quantization"] not in ("fp8", "none"):
+        out.append("inference_runtime_quantization=%s is not fp8 or none" % v["inference_runtime_quantization"])
+    if "inference_runtime_gpu_memory_fraction" in v and \
+            _outside(v["inference_runtime_gpu_memory_fraction"], 0, 1, float, low_open=True):
+        out.append("inference_runtime_gpu_memory_fraction=%s is outside (0, 1]"
+                   % v["inference_runtime_gpu_memory_fraction"])
+    if "inference_runtime_port" in v and _outside(v["inference_runtime_port"], 1, 65533):
+        out.append("inference_runtime_port=%s is not a TCP port (1-65533)" % v["inference_runtime_port"])
+    if "inference_runtime_version" in v:
+        version = "" if v["inference_runtime_version"] is None else str(v["inference_runtime_version"])
+        if not version:
+            out.append("inference_runtime_version is empty")
+        elif not _IMAGE_TAG.match(version):
+            out.append("inference_runtime_version=%s is not an image tag" % version)
+    files = v.get("inference_runtime_model_files")
+    if "inference_runtime_model_files" in v:
+        if not isinstance(files, dict) or not files:
+            out.append("inference_runtime_model_files is empty: every staged model file needs its sha256 checksum"
+                       if not files else "inference_runtime_model_files is not a mapping of file to sha256")
+        else:
+            bad = [k for k, c in files.items() if not isinstance(c, str) or not _SHA256.match(c)]
+            if bad:
+                out.append("inference_runtime_model_files[%s] has no sha256 checksum (64 lowercase hex digits)"
+                           % "], [".join(str(k) for k in bad))
+            if v.get("inference_runtime_engine") == "triton" and "config.pbtxt" not in files:
+                out.append("inference_runtime_model_files has no config.pbtxt: the triton engine renders its "
+                           "batching settings from the model configuration")
+            outside = [str(k) for k in files if _NOT_INSIDE.search(str(k))]
+            if outside:
+                out.append("inference_runtime_model_files[%s] is not a relative path inside the model"
+                           % "], [".join(outside))
+    return out
+
+
 class FilterModule(object):
     def filters(self):
-        return {"triton_model_config": triton_model_config, "inference_model_checksums": inference_model_checksums}
+        return {"triton_model_config": triton_model_config, "inference_model_checksums": inference_model_checksums,
+                "inference_runtime_problems": inference_runtime_problems}

@@ -22,6 +22,7 @@ from ansible.errors import AnsibleFilterError
 # power.py of this directory (rack budgets): importable by name however Ansible loaded this file
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from inference import inference_runtime_problems  # noqa: E402  pylint: disable=wrong-import-position
 from power import power_rack_report  # noqa: E402  pylint: disable=wrong-import-position
 
 _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
@@ -446,6 +447,44 @@ def check_power(ctx):
                          % (limit, ctx.var(host, "hardware_profile"), watts.get("min"), watts.get("max")))
 
 
+def _role_yaml(ctx, role, name):
+    """roles/<role>/<name>/main.yml as data (read once per run), {} when absent."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    path = os.path.join(ctx.s.get("roles_dir") or "", role, name, "main.yml")
+    if path not in _ROLE_YAML:
+        try:
+            with open(path) as handle:
+                _ROLE_YAML[path] = yaml.safe_load(handle) or {}
+        except OSError:
+            _ROLE_YAML[path] = {}
+    return _ROLE_YAML[path]
+
+
+_ROLE_YAML = {}
+
+
+def check_inference_settings(ctx):
+    """The inference_runtime rules an argument spec cannot say (batch size 16-256, batch timeout, tensor
+    parallel size dividing the profile's GPU count, engine names, model checksums...), on what each GPU node's
+    inventory sets: the same function the role asserts with (filter_plugins/inference.py)."""
+    engines = _role_yaml(ctx, "inference_runtime", "vars").get("_inference_runtime_engines") or []
+    defaults = _role_yaml(ctx, "inference_runtime", "defaults")
+    partners = ("inference_runtime_max_batch_size", "inference_runtime_max_tokens_per_batch")
+    names = [k for k in defaults if k.startswith("inference_runtime_")]
+    for host in ctx.gpu:
+        values = dict((k, ctx.var(host, k)) for k in names if ctx.has(host, k))
+        if not values:
+            continue
+        for k in partners:
+            if k not in values and k in defaults and any(p in values for p in partners):
+                values[k] = defaults[k]
+        name = ctx.var(host, "hardware_profile")
+        profile = ctx.profiles.get(name) if isinstance(name, str) else None
+        gpus = profile.get("gpu_count") if isinstance(profile, Mapping) else None
+        for problem in inference_runtime_problems(values, engines, gpus, name):
+            yield host, problem
+
+
 def check_role_arguments(ctx):
     """Every role's argument spec, for every variable an inventory host sets: a bad type, choice or range
     stops the run here, before the baseline, with the host, variable and value in one line."""
@@ -508,7 +547,7 @@ def _short(value):
 
 
 CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, check_rails, check_secrets,
-          check_profiles, check_power, check_role_arguments]
+          check_profiles, check_power, check_inference_settings, check_role_arguments]
 
 
 def preflight_findings(groups, hostvars, settings):

@@ -63,3 +63,22 @@ def test_bad_input_is_rejected_naming_host_and_variable(tmp_path, role, variable
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "localhost: " + message in proc.stdout.replace("\n", " "), proc.stdout[-3000:]
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-1500:]
+
+
+def test_the_health_timer_carries_every_module_util_its_code_imports():
+    """The timer runs the gpu_health check code from copies of module_utils: the list must hold every file
+    those files import (a missing one breaks the timer on the node, not here)."""
+    import re
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), '..', '..')
+    with open(os.path.join(root, 'roles', 'node_exporter', 'vars', 'main.yml')) as handle:
+        listed = yaml.safe_load(handle)['_node_exporter_gpu_health_module_utils']
+    with open(os.path.join(root, 'roles', 'node_exporter', 'templates', 'gpu-health-textfile.py.j2')) as handle:
+        needed = set(re.findall(r'from ansible\.module_utils\.(\w+) import', handle.read()))
+    seen = set()
+    while needed - seen:
+        name = (needed - seen).pop()
+        seen.add(name)
+        with open(os.path.join(root, 'module_utils', name + '.py')) as handle:
+            needed |= set(re.findall(r'from ansible\.module_utils\.(\w+) import', handle.read())) - {'basic'}
+    assert sorted(n + '.py' for n in seen) == sorted(listed)
