@@ -1,16 +1,45 @@
-"""What a node's GPUs should be, from its hardware profile: the one mapping gpu_health (node_verify) and
-the node_exporter health timer both use, so an alert and the readiness report judge against the same
-expectations."""
+"""What each node should be, computed in one place: the node plan.
 
+`node_plan` takes the hardware catalogue (hardware_profiles combined with hardware_profiles_extra) and the
+node's own inventory and returns everything the provisioning roles and the verifiers need to agree on:
+profile, rack, rail addresses, per-GPU power limits, node cap, thermal thresholds (with the site's
+overrides), the expected topology and the gpu_health expectations. `playbooks/vars/hardware_profiles.yml`
+defines the variable `node_plan` with it once; gpu_power, bmc_power, nvidia_driver, inference_runtime,
+node_exporter's health timer, node_verify (gpu_health, nvlink_topology, the multi-node NCCL run) and the
+readiness report read it, and nothing re-derives it.
+"""
+
+import importlib.util
+import os
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
 
-def gpu_health_expected(profiles, name, power_limit_watts=None, driver_version=None):
-    """gpu_health's `expected` for hardware profile `name` of the catalogue `profiles` (hardware_profiles
-    combined with hardware_profiles_extra). power_limit_watts: the limit in effect (empty: the profile's
-    default); driver_version: branch or version every GPU must report (empty: not checked)."""
+def _sibling(name):
+    """<name>.py of this directory, loaded by path under a private name (filter_plugins is not a package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("gpulab_filter_%s" % name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_network, _power = _sibling("network"), _sibling("power")
+RAIL_HOST_OFFSET, rail_address = _network.RAIL_HOST_OFFSET, _network.rail_address
+power_gpu_limits, power_thermal_profiles = _power.power_gpu_limits, _power.power_thermal_profiles
+
+
+def node_rack(group_names, prefix="rack_"):
+    """The node's rack: its one inventory group named with the rack prefix ('' when none)."""
+    racks = sorted(g for g in (group_names or []) if str(g).startswith(prefix))
+    return racks[0] if racks else ""
+
+
+def gpu_health_expected(profiles, name, power_limit_watts=None, driver_version=None, power_limits_watts=None):
+    """gpu_health's `expected` for hardware profile `name` of the catalogue `profiles`. power_limit_watts: the
+    limit in effect on every GPU (empty: the profile's default); power_limits_watts: {index: watts} when the
+    GPUs' limits differ; driver_version: branch or version every GPU must report (empty: not checked)."""
     if not isinstance(profiles, Mapping) or name not in profiles:
         raise AnsibleFilterError("gpu_health_expected: %r is not a hardware profile (known: %s)"
                                  % (name, ", ".join(sorted(profiles or {}))))
@@ -27,11 +56,93 @@ def gpu_health_expected(profiles, name, power_limit_watts=None, driver_version=N
         }
     except (KeyError, TypeError, ValueError) as e:
         raise AnsibleFilterError("gpu_health_expected: hardware profile %s: %s %s" % (name, type(e).__name__, e))
+    if power_limits_watts and len(set(power_limits_watts.values())) > 1:
+        del expected["power_limit_watts"]
+        expected["power_limits_watts"] = dict((str(k), int(v)) for k, v in sorted(power_limits_watts.items()))
     if driver_version not in (None, ""):
         expected["driver_version"] = str(driver_version)
     return expected
 
 
+def topology_expected(profile):
+    """nvlink_topology's `expected` for a profile: GPU and NIC counts, NIC distance and, with NVLink, the
+    link code on every GPU pair and every link of every GPU active."""
+    out = {"gpu_count": profile["gpu_count"], "nic_count": profile["nic_count"],
+           "nic_max_distance": profile["nic_max_distance"]}
+    nvlink = profile.get("nvlink") or {}
+    if nvlink.get("link_code"):
+        out.update(link_code=nvlink["link_code"], links_per_gpu=nvlink["links_per_gpu"], nvlinks_active=True)
+    return out
+
+
+def _rails(host, rails, node_index, overrides):
+    out = []
+    for rail in rails or []:
+        if not isinstance(rail, Mapping) or not rail.get("name") or not rail.get("subnet"):
+            raise AnsibleFilterError("node_plan: %s: rdma_rails entry %r needs name and subnet" % (host, rail))
+        if rail["name"] in (overrides or {}):
+            address = str(overrides[rail["name"]]).split("/")[0]
+        elif node_index is None:
+            address = None
+        else:
+            address = rail_address(rail["subnet"], node_index, offset=rail.get("offset", RAIL_HOST_OFFSET))
+        out.append({"name": rail["name"], "subnet": str(rail["subnet"]), "mtu": rail.get("mtu"), "address": address})
+    return out
+
+
+def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=None, rails=None,
+              rail_addresses=None, rack_prefix="rack_", gpu_power_limit_watts=0, gpu_power_node_budget_watts=0,
+              gpu_power_limits_watts=None, node_cap_watts=None, rack_budget_watts=None, groups=None,
+              thermal_overrides=None, driver_version=None, acceptance_thresholds=None):
+    """The node plan of `host` (see the module docstring). Fails naming the host and the variable when the
+    inventory does not describe a node the catalogue knows."""
+    if not isinstance(catalogue, Mapping) or not catalogue:
+        raise AnsibleFilterError("node_plan: %s: the hardware catalogue is empty (load playbooks/vars/"
+                                 "hardware_profiles.yml)" % host)
+    if hardware_profile not in catalogue:
+        raise AnsibleFilterError("node_plan: %s: hardware_profile=%s is not a key of hardware_profiles "
+                                 "(known: %s)" % (host, hardware_profile, ", ".join(sorted(catalogue))))
+    overrides = dict((k, v) for k, v in (thermal_overrides or {}).items() if k == hardware_profile)
+    profile = dict(power_thermal_profiles({hardware_profile: catalogue[hardware_profile]}, overrides)[hardware_profile])
+    limits = power_gpu_limits(profile, limit_watts=gpu_power_limit_watts, node_budget_watts=gpu_power_node_budget_watts,
+                              per_gpu=gpu_power_limits_watts, host=host, profile_name=hardware_profile)
+    equal = len(set(limits.values())) == 1
+    plan_profiles = {hardware_profile: profile}
+    index = int(node_index) if node_index not in (None, "") else None
+    plan_rails = _rails(host, rails, index, rail_addresses)
+    model = profile.get("acceptance_model")
+    rack = node_rack(group_names, rack_prefix)
+    cap = _power._int(node_cap_watts or 0, "bmc_power_node_cap_watts", host)
+    if cap <= 0 and rack_budget_watts not in (None, "", 0) and rack:
+        # no explicit cap: the node's even share of its rack's budget (power_rack_split, as bmc_power applies it)
+        cap = _power.power_rack_split(rack_budget_watts, (groups or {}).get(rack) or [host], rack).get(host, 0)
+    return {
+        "host": host,
+        "profile_name": hardware_profile,
+        "profile": profile,
+        "rack": rack,
+        "node_index": index,
+        "gpu_count": int(profile["gpu_count"]),
+        "fabric_manager": bool(profile.get("nvswitch")),
+        "nic_count": profile.get("nic_count"),
+        "power": {
+            "gpu_limits_watts": limits,
+            "gpu_limit_watts": next(iter(limits.values())) if equal and limits else None,
+            "gpu_min_watts": profile["power_watts"]["min"], "gpu_max_watts": profile["power_watts"]["max"],
+            "node_cap_watts": cap if cap > 0 else None,
+        },
+        "thermal": {"alert_c": profile["temperature_c"]["alert"], "slowdown_c": profile["temperature_c"]["slowdown"]},
+        "topology_expected": topology_expected(profile),
+        "gpu_health_expected": gpu_health_expected(
+            plan_profiles, hardware_profile, next(iter(limits.values())) if equal and limits else None,
+            driver_version, None if equal else limits),
+        "rails": plan_rails,
+        "rail_addresses": dict((r["name"], r["address"]) for r in plan_rails if r["address"]),
+        "driver_version": str(driver_version) if driver_version not in (None, "") else None,
+        "acceptance": dict((acceptance_thresholds or {}).get(model) or {}),
+    }
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_health_expected": gpu_health_expected}
+        return {"node_plan": node_plan, "node_rack": node_rack, "gpu_health_expected": gpu_health_expected}

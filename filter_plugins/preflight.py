@@ -23,6 +23,7 @@ from ansible.errors import AnsibleFilterError
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 from inference import inference_runtime_problems  # noqa: E402  pylint: disable=wrong-import-position
+from node_plan import node_plan  # noqa: E402  pylint: disable=wrong-import-position
 from power import power_rack_report  # noqa: E402  pylint: disable=wrong-import-position
 
 _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
@@ -422,7 +423,7 @@ def profile_problems(p):
 
 
 def check_power(ctx):
-    """Rack budgets (power_rack_report), and each GPU node's power settings within its profile's range."""
+    """Rack budgets (power_rack_report): the node caps of a rack add up to no more than its budget."""
     prefix = ctx.s.get("rack_prefix", "rack_")
     racks = dict((g, m) for g, m in ctx.groups.items() if g.startswith(prefix))
     view = dict((h, {k: ctx.var(h, k) for k in ("bmc_power_node_cap_watts", "rack_power_budget_watts")
@@ -433,18 +434,38 @@ def check_power(ctx):
                 yield rack["rack"], rack["text"].split(": ", 1)[1]
     except AnsibleFilterError as e:
         yield "racks", str(e)
+
+
+_PLAN_INPUTS = {"gpu_power_limit_watts": 0, "gpu_power_node_budget_watts": 0, "gpu_power_limits_watts": {},
+                "bmc_power_node_cap_watts": 0, "rack_power_budget_watts": 0, "bmc_power_gpu_temperature_c": {},
+                "rdma_rail_addresses": {}}
+
+
+def check_node_plans(ctx):
+    """The node plan of every GPU node (filter_plugins/node_plan.py), computed from its inventory as every
+    play computes it: per-GPU power limits within the profile's range and the node budget above the GPUs'
+    minimum, caps and thermal overrides the plan can use. Nodes with a broken profile, index or rails are
+    reported by the checks above and skipped here."""
+    prefix = ctx.s.get("rack_prefix", "rack_")
     for host in ctx.gpu:
         name = ctx.var(host, "hardware_profile")
-        profile = ctx.profiles.get(name) if isinstance(name, str) else None
-        watts = profile.get("power_watts") if isinstance(profile, Mapping) else None
-        if not isinstance(watts, Mapping) or not ctx.has(host, "gpu_power_limit_watts"):
+        if not isinstance(name, str) or name not in ctx.profiles:
             continue
-        limit = ctx.var(host, "gpu_power_limit_watts")
-        if not _is_int(limit) or limit == 0:
-            continue  # unset, or not a number: the gpu_power argument spec reports that
-        if not watts.get("min", 0) <= limit <= watts.get("max", 0):
-            yield host, ("gpu_power_limit_watts=%r is outside the %s range %s-%s W"
-                         % (limit, ctx.var(host, "hardware_profile"), watts.get("min"), watts.get("max")))
+        inputs = dict((k, ctx.var(host, k) if ctx.has(host, k) else v) for k, v in _PLAN_INPUTS.items())
+        if any(not _is_int(inputs[k]) for k in ("gpu_power_limit_watts", "gpu_power_node_budget_watts",
+                                                 "bmc_power_node_cap_watts", "rack_power_budget_watts")):
+            continue  # not a number: the role argument specs report that
+        try:
+            node_plan(ctx.profiles, host, name, _group_names(ctx, host), rack_prefix=prefix,
+                      gpu_power_limit_watts=inputs["gpu_power_limit_watts"],
+                      gpu_power_node_budget_watts=inputs["gpu_power_node_budget_watts"],
+                      gpu_power_limits_watts=inputs["gpu_power_limits_watts"],
+                      node_cap_watts=inputs["bmc_power_node_cap_watts"],
+                      rack_budget_watts=inputs["rack_power_budget_watts"], groups=ctx.groups,
+                      thermal_overrides=inputs["bmc_power_gpu_temperature_c"])
+        except AnsibleFilterError as e:
+            text = str(e).split(": ", 1)[1] if str(e).startswith("node_plan: ") else str(e)
+            yield host, text[len(host) + 2:] if text.startswith(host + ": ") else text
 
 
 def _role_yaml(ctx, role, name):
@@ -547,7 +568,7 @@ def _short(value):
 
 
 CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, check_rails, check_secrets,
-          check_profiles, check_power, check_inference_settings, check_role_arguments]
+          check_profiles, check_power, check_node_plans, check_inference_settings, check_role_arguments]
 
 
 def preflight_findings(groups, hostvars, settings):

@@ -78,6 +78,11 @@ options:
       power_limit_watts:
         description: Power limit every GPU should have; a different limit grades V(warn) (drift).
         type: int
+      power_limits_watts:
+        description:
+          - "Per-GPU power limits, C({index: watts}), when they differ between GPUs; a GPU it names is checked
+            against its own limit instead of O(expected.power_limit_watts)."
+        type: dict
       nvswitch:
         description: The node has NVSwitches, so Fabric Manager registration must be Completed/Success.
         type: bool
@@ -319,6 +324,7 @@ def main():
                 pcie=dict(type='dict', options=dict(gen=dict(type='int'), width=dict(type='int'))),
                 temperature_alert_c=dict(type='int'),
                 power_limit_watts=dict(type='int'),
+                power_limits_watts=dict(type='dict'),
                 nvswitch=dict(type='bool'),
                 max_retired_pages=dict(type='int', default=60),
                 row_remap_pending_fail=dict(type='bool', default=True),

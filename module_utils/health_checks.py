@@ -386,7 +386,8 @@ def _check_throttle(rec, expected, ctx):
 @gpu_check('power')
 def _check_power(rec, expected, ctx):
     draw, limit = rec.get('power_draw_w'), rec.get('power_limit_w')
-    want_limit = expected.get('power_limit_watts')
+    want_limit = (expected.get('power_limits_watts') or {}).get(str(rec.get('index')),
+                                                                expected.get('power_limit_watts'))
     val = {'draw': draw, 'limit': limit}
     bad = _unaccounted(rec, ['power_draw_w', 'power_limit_w'], value=val)
     if bad:
@@ -512,7 +513,8 @@ def _expected_of(expected):
         % int(expected.get('max_retired_pages', 60)), 'row_remap': 'none pending, no failure', 'xid': 'no Xid events',
         'pcie': dict((k, v) for k, v in (('gen', pcie.get('gen')), ('width', pcie.get('width'))) if v is not None)
         or 'at its maximum', 'temperature': {'below_alert_c': expected.get('temperature_alert_c')},
-        'throttle': 'no hardware slowdown', 'power': {'limit_w': expected.get('power_limit_watts')},
+        'throttle': 'no hardware slowdown',
+        'power': {'limit_w': expected.get('power_limits_watts') or expected.get('power_limit_watts')},
         'fabric': 'Completed/Success' if expected.get('nvswitch') else None,
         'count': expected.get('gpu_count'), 'driver': expected.get('driver_version'),
     }

@@ -32,6 +32,7 @@ def _vars(**overrides):
     variables.update(loader.load_from_file(str(RUNTIME / "defaults" / "main.yml"), trusted_as_template=True))
     variables.update(loader.load_from_file(str(RUNTIME / "vars" / "main.yml"), trusted_as_template=True))
     variables.update({"role_path": str(RUNTIME), "inventory_hostname": "gpu-a1", "ansible_managed": "Ansible managed",
+                      "group_names": ["gpu_nodes", "rack_a"], "groups": {"rack_a": ["gpu-a1"]},
                       "hardware_profile": "hgx-h100-8gpu", "inference_runtime_model_name": "llama-70b",
                       "inference_runtime_model_files": MODEL})
     variables.update(overrides)
