@@ -238,7 +238,16 @@ def readiness_table(rows):
     for r in rows:
         for reason in r["reasons"]:
             lines.append("  %s: %s" % (r["node"], reason))
+    for r in rows:
+        for reason in _warnings(r):
+            lines.append("  %s: (warn) %s" % (r["node"], reason))
     return "\n".join(lines)
+
+
+def _warnings(row):
+    """'<column>: <reason>' of every warning of a row: reported, not gating."""
+    return ["%s: %s" % (c, reason) for c in COLUMNS for reason in row["columns"][c]["reasons"]
+            if row["columns"][c]["status"] == "warn"]
 
 
 def _md_escape(text):
@@ -265,6 +274,10 @@ def readiness_markdown(rows, details, cluster=""):
         if r["reasons"]:
             out += ["", "## %s: not ready" % r["node"], ""]
             out += ["- %s" % _md_escape(reason) for reason in r["reasons"]]
+    for r in rows:
+        if _warnings(r):
+            out += ["", "## %s: warnings (not gating)" % r["node"], ""]
+            out += ["- %s" % _md_escape(reason) for reason in _warnings(r)]
     gate_lines = []
     for r in rows:
         gates = r.get("gates") or {}

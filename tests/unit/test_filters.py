@@ -81,6 +81,9 @@ def test_checks_land_in_their_columns_and_warnings_do_not_gate():
     assert row["columns"]["gpus"]["status"] == "warn"
     assert row["columns"]["rdma"]["reasons"] == ["mlx5_0/1 netdev_mtu: expected 9000, found 1500"]
     assert row["reasons"] == ["ecc: GPU1 ecc: 2 volatile", "rdma: mlx5_0/1 netdev_mtu: expected 9000, found 1500"]
+    # a warning is not gating, but the report carries its reason
+    assert row["columns"]["gpus"]["reasons"] == ["GPU1 temperature: 84 C"]
+    assert "  gpu-b1: (warn) gpus: GPU1 temperature: 84 C" in readiness_table([row]).splitlines()
 
 
 def test_fabric_verdict_gates_on_fail_only():
