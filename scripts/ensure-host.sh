@@ -35,6 +35,8 @@ if ! docker info >/dev/null 2>&1; then
   if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
     systemctl start docker
   else
+    # a dockerd killed mid-shutdown leaves its pid file, and a new one refuses to start while it exists
+    pgrep -x dockerd >/dev/null || rm -f /var/run/docker.pid
     nohup dockerd >/var/log/gpulab-dockerd.log 2>&1 &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
