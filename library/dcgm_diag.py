@@ -20,9 +20,9 @@ description:
     C(pending_page_retirement_or_row_remap), C(throttling), C(processes_using_gpu), C(inforom_corrupt),
     C(conflicting_environment), C(denylisted_driver), C(library_missing), C(permissions), C(pcie),
     C(nvlink), C(memory_errors), C(power_or_thermal), C(compute_stress), else C(unclassified).
-  - Fails closed. A test that was skipped is a fail unless O(allowed_skips) names it; a run where no test ran,
-    a test in O(required_tests) that dcgmi did not list, and a non-zero exit that no failed test explains are
-    fails too. Output that cannot be parsed (a text table cut off before its closing border, JSON cut off or
+  - Fails closed. A test in O(required_tests) that was skipped or that dcgmi did not list, a run where no test
+    ran, and a non-zero exit that no failed test explains are fails. Any other skipped test is a V(warn) with
+    its reason (DCGM skips what a GPU does not support), or ok when O(allowed_skips) names it. Output that cannot be parsed (a text table cut off before its closing border, JSON cut off or
     of another shape) fails with a message naming what is missing, never a traceback.
   - Level 1 takes seconds, level 2 about 2 minutes, level 3 about 15 minutes, level 4 much longer; the
     default is 1. In check mode the diagnostic is not run.
@@ -58,13 +58,13 @@ options:
     default: 3600
   allowed_skips:
     description:
-      - Names of tests (as dcgmi prints them, e.g. V(Pulse Test)) that may report Skip on this hardware.
-        Any other skipped test fails.
+      - Names of tests (as dcgmi prints them, e.g. V(Pulse Test)) that may report Skip on this hardware, whose
+        skip is ok. Any other skip is a V(warn), or a fail when O(required_tests) names the test.
     type: list
     elements: str
     default: []
   required_tests:
-    description: Names of tests that must appear in the results (a level that does not run them fails).
+    description: Names of tests that must run (a skip, or a level that does not list them, fails).
     type: list
     elements: str
     default: []
@@ -92,7 +92,7 @@ RETURN = r'''
 checks:
   description:
     - Every check, in the one result format of the toolkit's check modules (docs/DESIGN.md, "Check results").
-    - "One per test (name the test, subject its category: V(Deployment), V(Hardware), ...; Pass is ok, Fail is fail, Warn is fail when O(fail_on) names it else warn, Skip is fail unless O(allowed_skips) names it), one fail per O(required_tests) entry not listed (subject V(required)), V(ran) (subject V(diag)) when no test ran, V(exit) (subject V(dcgmi)) for a non-zero exit no failed test explains."
+    - "One per test (name the test, subject its category: V(Deployment), V(Hardware), ...; Pass is ok, Fail is fail, Warn is fail when O(fail_on) names it else warn, Skip is fail when O(required_tests) names it, ok when O(allowed_skips) does, else warn), one fail per O(required_tests) entry not listed (subject V(required)), V(ran) (subject V(diag)) when no test ran, V(exit) (subject V(dcgmi)) for a non-zero exit no failed test explains."
   returned: once the output was parsed
   type: list
   elements: dict

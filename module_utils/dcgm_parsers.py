@@ -257,7 +257,8 @@ def summarize(parsed):
 def diag_checks(parsed, rc, fail_on=('Fail',), allowed_skips=(), required_tests=()):
     """The run in the one result format: one check per test (name the test, subject its category), a
     required test that did not run, nothing run at all, and a non-zero exit no failed test explains.
-    Fails closed: a skipped test is a fail unless allowed_skips names it."""
+    A skipped test is a fail when required_tests names it, ok when allowed_skips does, else a warn (reported
+    with its reason, not gating): DCGM skips tests a GPU does not support."""
     causes = dict((c['test'], c) for c in diag_causes(parsed))
     checks = []
     for test in parsed['tests']:
@@ -266,10 +267,13 @@ def diag_checks(parsed, rc, fail_on=('Fail',), allowed_skips=(), required_tests=
         if st == 'Pass':
             checks.append(check(name, subject, 'ok', st, 'Pass', '%s pass' % name))
         elif st == 'Skip':
-            allowed = name in allowed_skips
-            checks.append(check(name, subject, 'ok' if allowed else 'fail', st, 'Pass',
-                                '%s skipped%s' % (name, ' (allowed_skips names it)' if allowed
-                                                    else ': a test that did not run proves nothing')))
+            if name in required_tests:
+                status, why = 'fail', ': a required test that did not run proves nothing'
+            elif name in allowed_skips:
+                status, why = 'ok', ' (allowed_skips names it)'
+            else:
+                status, why = 'warn', ': not run, so not proven (name it in required_tests or allowed_skips)'
+            checks.append(check(name, subject, status, st, 'Pass', '%s skipped%s' % (name, why)))
         else:
             c = causes[name]
             checks.append(check(name, subject, 'fail' if st in fail_on else 'warn', st, 'Pass', '%s %s (%s%s)' % (
