@@ -165,7 +165,7 @@ def _number(value, kind=int):
     if isinstance(value, bool):
         return None
     try:
-        return kind(str(value).strip()) if kind is float else int(str(value).strip())
+        return kind(str(value).strip())
     except (TypeError, ValueError):
         return None
 

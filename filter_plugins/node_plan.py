@@ -106,8 +106,7 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     profile = dict(power_thermal_profiles({hardware_profile: catalogue[hardware_profile]}, overrides)[hardware_profile])
     limits = power_gpu_limits(profile, limit_watts=gpu_power_limit_watts, node_budget_watts=gpu_power_node_budget_watts,
                               per_gpu=gpu_power_limits_watts, host=host, profile_name=hardware_profile)
-    equal = len(set(limits.values())) == 1
-    plan_profiles = {hardware_profile: profile}
+    uniform = next(iter(limits.values())) if len(set(limits.values())) == 1 else None
     index = int(node_index) if node_index not in (None, "") else None
     plan_rails = _rails(host, rails, index, rail_addresses)
     model = profile.get("acceptance_model")
@@ -127,15 +126,14 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
         "nic_count": profile.get("nic_count"),
         "power": {
             "gpu_limits_watts": limits,
-            "gpu_limit_watts": next(iter(limits.values())) if equal and limits else None,
+            "gpu_limit_watts": uniform,
             "gpu_min_watts": profile["power_watts"]["min"], "gpu_max_watts": profile["power_watts"]["max"],
             "node_cap_watts": cap if cap > 0 else None,
         },
         "thermal": {"alert_c": profile["temperature_c"]["alert"], "slowdown_c": profile["temperature_c"]["slowdown"]},
         "topology_expected": topology_expected(profile),
-        "gpu_health_expected": gpu_health_expected(
-            plan_profiles, hardware_profile, next(iter(limits.values())) if equal and limits else None,
-            driver_version, None if equal else limits),
+        "gpu_health_expected": gpu_health_expected({hardware_profile: profile}, hardware_profile, uniform,
+                                                   driver_version, None if uniform is not None else limits),
         "rails": plan_rails,
         "rail_addresses": dict((r["name"], r["address"]) for r in plan_rails if r["address"]),
         "driver_version": str(driver_version) if driver_version not in (None, "") else None,
@@ -145,4 +143,4 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
 
 class FilterModule:
     def filters(self):
-        return {"node_plan": node_plan, "node_rack": node_rack, "gpu_health_expected": gpu_health_expected}
+        return {"node_plan": node_plan, "node_rack": node_rack}

@@ -437,8 +437,7 @@ def check_power(ctx):
 
 
 _PLAN_INPUTS = {"gpu_power_limit_watts": 0, "gpu_power_node_budget_watts": 0, "gpu_power_limits_watts": {},
-                "bmc_power_node_cap_watts": 0, "rack_power_budget_watts": 0, "bmc_power_gpu_temperature_c": {},
-                "rdma_rail_addresses": {}}
+                "bmc_power_node_cap_watts": 0, "rack_power_budget_watts": 0, "bmc_power_gpu_temperature_c": {}}
 
 
 def check_node_plans(ctx):
@@ -468,20 +467,24 @@ def check_node_plans(ctx):
             yield host, text[len(host) + 2:] if text.startswith(host + ": ") else text
 
 
-def _role_yaml(ctx, role, name):
-    """roles/<role>/<name>/main.yml as data (read once per run), {} when absent."""
+def _yaml_file(path):
+    """A role file as data, read once per controller process; {} when absent."""
     import yaml  # pylint: disable=import-outside-toplevel
-    path = os.path.join(ctx.s.get("roles_dir") or "", role, name, "main.yml")
-    if path not in _ROLE_YAML:
+    if path not in _YAML_FILES:
         try:
             with open(path) as handle:
-                _ROLE_YAML[path] = yaml.safe_load(handle) or {}
+                _YAML_FILES[path] = yaml.safe_load(handle) or {}
         except OSError:
-            _ROLE_YAML[path] = {}
-    return _ROLE_YAML[path]
+            _YAML_FILES[path] = {}
+    return _YAML_FILES[path]
 
 
-_ROLE_YAML = {}
+_YAML_FILES = {}
+
+
+def _role_yaml(ctx, role, name):
+    """roles/<role>/<name>/main.yml as data."""
+    return _yaml_file(os.path.join(ctx.s.get("roles_dir") or "", role, name, "main.yml"))
 
 
 def check_inference_settings(ctx):
@@ -524,18 +527,11 @@ def check_role_arguments(ctx):
                 yield host, _spec_message(role, err, params, spec)
 
 
-_SPECS = {}
-
-
 def role_specs(roles_dir):
     """{role: options of its main entry point} for every roles/*/meta/argument_specs.yml (read once)."""
-    import yaml  # pylint: disable=import-outside-toplevel
-    if roles_dir in _SPECS:
-        return _SPECS[roles_dir]
-    out = _SPECS[roles_dir] = {}
+    out = {}
     for path in sorted(glob.glob(os.path.join(roles_dir or "", "*", "meta", "argument_specs.yml"))):
-        with open(path) as handle:
-            doc = yaml.safe_load(handle) or {}
+        doc = _yaml_file(path)
         options = ((doc.get("argument_specs") or {}).get("main") or {}).get("options") or {}
         out[os.path.basename(os.path.dirname(os.path.dirname(path)))] = options
     return out

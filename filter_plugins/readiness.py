@@ -44,24 +44,27 @@ def _checks(result, module):
     return checks, None
 
 
-def _reduce(checks):
-    """Worst status and the reasons of every check not ok: the module judged, the report only reduces."""
+def _label(c):
+    return "%s %s: %s" % (c.get("subject"), c.get("name"), c.get("reason"))
+
+
+def _reduce(checks, label=_label, nothing=None):
+    """Worst status and the labelled reasons of every check not ok: the module judged, the report only
+    reduces. nothing: the reason of a fail when there is no check at all (else an empty list is ok)."""
+    if not checks and nothing:
+        return "fail", [nothing]
     status, reasons = "ok", []
     for c in checks:
         st = c.get("status") if c.get("status") in ("ok", "warn", "fail") else "fail"
         status = _worse(status, st)
         if st != "ok":
-            reasons.append("%s %s: %s" % (c.get("subject"), c.get("name"), c.get("reason")))
+            reasons.append(label(c))
     return status, reasons
 
 
 def _module_column(result, module):
     checks, error = _checks(result, module)
-    if error:
-        return error
-    if not checks:
-        return "fail", ["%s checked nothing" % module]
-    return _reduce(checks)
+    return error or _reduce(checks, nothing="%s checked nothing" % module)
 
 
 def _gpu_columns(result):
@@ -74,7 +77,7 @@ def _gpu_columns(result):
         by_column[GPU_CHECK_COLUMN.get(c.get("name"), "gpus")].append(c)
     cols = dict((c, _reduce(by_column[c])) for c in names)
     if not checks:
-        cols["gpus"] = ("fail", ["gpu_health checked nothing"])
+        cols["gpus"] = _reduce(checks, nothing="gpu_health checked nothing")
     return cols
 
 
@@ -134,9 +137,8 @@ def _nccl_gate(result, scope):
     if error:
         gate.update(status=error[0], reasons=["%s: %s" % (scope, r) for r in error[1]])
         return gate
-    status, _ = _reduce(checks)
-    gate.update(status=status, reasons=["%s: %s" % (scope, c.get("reason")) for c in checks
-                                        if c.get("status") != "ok"])
+    status, reasons = _reduce(checks, label=lambda c: "%s: %s" % (scope, c.get("reason")))
+    gate.update(status=status, reasons=reasons)
     return gate
 
 
@@ -156,9 +158,8 @@ def _dcgm_gate(result):
     gate["failed_tests"] = [{"test": c.get("test"), "status": c.get("status"), "cause": c.get("cause"),
                              "gpus": c.get("gpus") or []} for c in result.get("causes") or []
                             if c.get("status") in fail_on]
-    gate["status"], _ = _reduce(checks) if checks else ("fail", None)
-    gate["reasons"] = ["level %s %s" % (gate["level"], c.get("reason")) for c in checks if c.get("status") != "ok"] \
-        or ([] if checks else ["dcgm_diag checked nothing"])
+    gate["status"], gate["reasons"] = _reduce(checks, label=lambda c: "level %s %s" % (gate["level"], c.get("reason")),
+                                              nothing="dcgm_diag checked nothing")
     return gate
 
 
@@ -275,9 +276,10 @@ def readiness_markdown(rows, details, cluster=""):
             out += ["", "## %s: not ready" % r["node"], ""]
             out += ["- %s" % _md_escape(reason) for reason in r["reasons"]]
     for r in rows:
-        if _warnings(r):
+        warnings = _warnings(r)
+        if warnings:
             out += ["", "## %s: warnings (not gating)" % r["node"], ""]
-            out += ["- %s" % _md_escape(reason) for reason in _warnings(r)]
+            out += ["- %s" % _md_escape(reason) for reason in warnings]
     gate_lines = []
     for r in rows:
         gates = r.get("gates") or {}

@@ -190,10 +190,9 @@ def nccl_checks(parsed, gate, rc, min_busbw_gbps):
     subject = 'all_reduce_perf'
     oob = parsed['out_of_bounds']
     wrong = gate['wrong']
-    low = [f for f in gate['failures'] if 'below the required' in f]
     return [
-        check('busbw_gbps', subject, 'fail' if low else 'ok', gate['measured_busbw_gbps'], min_busbw_gbps,
-              low[0] if low else '%s bus bandwidth %.2f GB/s%s' % (
+        check('busbw_gbps', subject, 'fail' if gate['below'] else 'ok', gate['measured_busbw_gbps'], min_busbw_gbps,
+              gate['below'] or '%s bus bandwidth %.2f GB/s%s' % (
                   gate['metric'], gate['measured_busbw_gbps'],
                   ' (no minimum given)' if min_busbw_gbps is None else ', at least %.2f GB/s' % min_busbw_gbps)),
         check('exit', subject, 'ok' if rc == 0 else 'fail', rc, 0, 'exited %d' % rc),

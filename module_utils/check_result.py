@@ -28,11 +28,6 @@ def verdict(checks):
     return max((c['status'] for c in checks), key=lambda s: _RANK.get(s, 2))
 
 
-def not_ok(checks):
-    """'<subject> <name>: <reason>' of every check that is not ok, in order."""
-    return ['%s %s: %s' % (c['subject'], c['name'], c['reason']) for c in checks if c['status'] != 'ok']
-
-
 def from_mismatches(mismatches, evaluated, subject='node'):
     """Checks from a list of mismatches {item, check, expected, found}: one fail per mismatch and, for every
     name in `evaluated` that has no mismatch, one ok for the subject as a whole."""

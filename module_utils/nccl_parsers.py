@@ -166,7 +166,7 @@ def bandwidth_findings(parsed, min_busbw_gbps=None, metric='avg'):
     of out-of-place and in-place) of the largest message size, which is what single-size health checks
     (aznhc: -b 16G -e 16G) measure.
     Returns {'ok', 'failures': [str], 'wrong': [{size_bytes, wrong_oop, wrong_ip}], 'weakest': {...},
-    'measured_busbw_gbps', 'metric'}, where
+    'measured_busbw_gbps', 'metric', 'below' (the failure text when under the minimum, else None)}, where
     weakest is the size whose bus bandwidth was lowest relative to the best size's, among the sizes of at
     least 1/64 of the largest (small messages are latency-bound by design, so they say nothing of links).
     """
@@ -193,10 +193,12 @@ def bandwidth_findings(parsed, min_busbw_gbps=None, metric='avg'):
         measured, what = _busbw(top), 'bus bandwidth at the largest size (%d B)' % top['size_bytes']
     else:
         raise ValueError("metric must be 'avg' or 'largest', got %r" % (metric,))
+    below = None
     if min_busbw_gbps is not None and measured < float(min_busbw_gbps):
-        failures.append('%s %.2f GB/s is below the required %.2f GB/s; the weakest size was '
-                        '%d B at %.2f GB/s (%d%% of the best, %.2f GB/s at %d B)'
-                        % (what, measured, float(min_busbw_gbps), low['size_bytes'], _busbw(low),
-                           round(ratio * 100), _busbw(best), best['size_bytes']))
+        below = ('%s %.2f GB/s is below the required %.2f GB/s; the weakest size was '
+                 '%d B at %.2f GB/s (%d%% of the best, %.2f GB/s at %d B)'
+                 % (what, measured, float(min_busbw_gbps), low['size_bytes'], _busbw(low),
+                    round(ratio * 100), _busbw(best), best['size_bytes']))
+        failures.append(below)
     return {'ok': not failures, 'failures': failures, 'wrong': wrong, 'weakest': weakest,
-            'measured_busbw_gbps': measured, 'metric': metric}
+            'measured_busbw_gbps': measured, 'metric': metric, 'below': below}
