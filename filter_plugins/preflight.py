@@ -415,11 +415,21 @@ def profile_problems(p):
          and 0 < v["alert"] < v["slowdown"] <= 150, "{slowdown, alert}: integers, 0 < alert < slowdown <= 150")
     if "memory_repairs_reported" in p and not isinstance(p["memory_repairs_reported"], bool):
         out.append("memory_repairs_reported=%r is not true or false" % (p["memory_repairs_reported"],))
+    if "driver_kernel_modules" in p and p["driver_kernel_modules"] not in ("open", "proprietary"):
+        out.append("driver_kernel_modules=%r is not open or proprietary" % (p["driver_kernel_modules"],))
+    extras = p.get("driver_extras", [])
+    if not isinstance(extras, list) or any(e not in DRIVER_EXTRAS for e in extras):
+        out.append("driver_extras=%r is not a list of %s" % (extras, ", ".join(DRIVER_EXTRAS)))
     known = {"description", "gpu_name", "gpu_count", "nvswitch", "nvlink", "nic_count", "nic_max_distance", "pcie",
-             "power_watts", "temperature_c", "memory_repairs_reported", "acceptance_model"}
+             "power_watts", "temperature_c", "memory_repairs_reported", "acceptance_model", "driver_kernel_modules",
+             "driver_extras"}
     for key in sorted(set(p) - known):
         out.append("%s is not a profile key (known: %s)" % (key, ", ".join(sorted(known))))
     return out
+
+
+# nvidia_driver_extras values (filter_plugins/nvidia_packages.py EXTRAS)
+DRIVER_EXTRAS = ("fabricmanager", "nscq", "nvsdm", "nvlsm", "imex")
 
 
 def check_power(ctx):
