@@ -149,7 +149,8 @@ def _dcgm_gate(result):
     if "tests" not in result:
         gate.update(status="error", reasons=[result.get("msg", "dcgm_diag returned no tests")])
         return gate
-    gate.update(level=result.get("level"), summary=result.get("summary"), dcgm_version=result.get("dcgm_version"))
+    gate.update(level=result.get("level"), summary=result.get("summary"), dcgm_version=result.get("dcgm_version"),
+                cmd=result.get("cmd"))
     checks, error = _checks(result, "dcgm_diag")
     if error:
         gate.update(status=error[0], reasons=error[1])

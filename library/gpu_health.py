@@ -17,8 +17,9 @@ description:
   - "Primary data path: one C(nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits) call
     (the field list is C(HEALTH_QUERY_FIELDS) in C(module_utils/gpu_parsers.py)) plus C(nvidia-smi -q)
     for what the query fields lack (slowdown and shutdown temperature thresholds)."
-  - When the C(pynvml) module (nvidia-ml-py) imports on the node, the same values are read through
-    NVML instead and nvidia-smi is not run.
+  - When the C(pynvml) module (nvidia-ml-py) imports on the node (from O(nvml_path), where the nvidia_driver
+    role installs it, or the interpreter's own path), the same values are read through NVML instead and
+    nvidia-smi is not run; when NVML fails (no driver, no library) the module warns and uses nvidia-smi.
   - Reads the kernel log (C(dmesg), or O(kernel_log_path)) for C(NVRM Xid) lines and maps them to GPUs
     by PCI bus id. Xid 48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120,
     140, 143-150 grade V(fail) (reset, drain or RMA); every other Xid (for example 13, 31, 43, 45,
@@ -130,6 +131,10 @@ options:
     description: Use NVML through pynvml when it imports. Set V(false) to always use nvidia-smi.
     type: bool
     default: true
+  nvml_path:
+    description: Directory searched first for pynvml (nvidia-ml-py installed with pip --target).
+    type: path
+    default: /usr/local/lib/nvidia-ml-py/current
 notes:
   - Supports check mode (the checks run; only the textfile is not written).
   - Writing the metrics file does not count as a change; the module always returns C(changed=false).
@@ -271,6 +276,7 @@ commands:
 '''
 
 import os
+import sys
 import tempfile
 
 from concurrent.futures import ThreadPoolExecutor
@@ -337,6 +343,7 @@ def main():
             kernel_log_path=dict(type='path'),
             nvidia_smi_path=dict(type='path'),
             use_nvml=dict(type='bool', default=True),
+            nvml_path=dict(type='path', default='/usr/local/lib/nvidia-ml-py/current'),
         ),
         supports_check_mode=True,
     )
@@ -344,6 +351,8 @@ def main():
     expected = dict((k, v) for k, v in (p['expected'] or {}).items() if v is not None)
     if 'pcie' in expected:
         expected['pcie'] = dict((k, v) for k, v in expected['pcie'].items() if v is not None)
+    if p['use_nvml'] and p['nvml_path'] and os.path.isdir(p['nvml_path']) and p['nvml_path'] not in sys.path:
+        sys.path.insert(0, p['nvml_path'])
     pynvml = _import_pynvml() if p['use_nvml'] else None
     records = None
     source = 'nvidia-smi'

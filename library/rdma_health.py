@@ -69,6 +69,20 @@ options:
       port_count:
         description: Total number of ports checked.
         type: int
+      qos_trust:
+        description: >-
+          NIC trust mode every port's netdev must report through C(mlnx_qos -i <netdev>) (V(dscp) for lossless
+          RoCE). Set, with O(expected.pfc_priorities), only where DOCA-OFED's tools are installed: a port whose
+          C(mlnx_qos) is missing, fails or prints what the parser cannot account for fails.
+        type: str
+        choices: [pcp, dscp]
+      pfc_priorities:
+        description: The priorities that must have PFC enabled, and no other (for example V([3])).
+        type: list
+        elements: int
+  mlnx_qos_path:
+    description: Path to C(mlnx_qos). Default is to search C(PATH).
+    type: path
 notes:
   - Supports check mode; the module only reads.
 requirements:
@@ -171,6 +185,11 @@ ports:
     gid_type:
       description: GID type, for example C(RoCE v2).
       type: str
+    qos:
+      description: >-
+        What C(mlnx_qos -i <netdev>) reported (C({trust, pfc, dcbx}), C(pfc) eight 0/1 values by priority),
+        when O(expected.qos_trust) or O(expected.pfc_priorities) asked for it and the output parsed.
+      type: dict
     checks:
       description: Map check name -> C({severity, message, value}).
       type: dict
@@ -196,7 +215,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.check_result import check, from_severity_map, verdict
 from ansible.module_utils.gpu_parsers import ParseError
 from ansible.module_utils.health_checks import evaluate_port, mismatch_msg, summarize
-from ansible.module_utils.rdma_parsers import (parse_ibv_devinfo_mtu, parse_sysfs_rate, parse_sysfs_state,
+from ansible.module_utils.rdma_parsers import (parse_ibv_devinfo_mtu, parse_mlnx_qos, parse_sysfs_rate, parse_sysfs_state,
                                                roce_active_mtu)
 
 
@@ -249,6 +268,55 @@ def read_port(ib_root, net_root, dev, port, gid_index):
     return out
 
 
+def qos_checks(module, port, expected, path, commands):
+    """Lossless-RoCE state of the port's netdev from `mlnx_qos -i`: checks qos_trust and pfc into
+    port['checks'] and port['qos']; returns the mismatches. Fails closed on a missing tool, an error or output
+    the parser cannot account for."""
+    item = '%s/%s' % (port['device'], port['port'])
+    want_pfc = sorted(set(expected.get('pfc_priorities') or []))
+    names = [n for n, k in (('qos_trust', 'qos_trust'), ('pfc', 'pfc_priorities')) if k in expected]
+
+    def fail(reason, found):
+        for name in names:
+            port['checks'][name] = {'severity': 'fail', 'message': reason, 'value': found}
+        return [{'item': item, 'check': name, 'expected': expected.get(k), 'found': found}
+                for name, k in (('qos_trust', 'qos_trust'), ('pfc', 'pfc_priorities')) if name in names]
+
+    if not port.get('netdev'):
+        return fail('no netdev behind the port to read its QoS from', None)
+    binary = path or module.get_bin_path('mlnx_qos')
+    if not binary:
+        return fail('mlnx_qos is not installed (DOCA-OFED mlnx-tools): cannot read trust and PFC', None)
+    argv = [binary, '-i', port['netdev']]
+    commands.append(argv)
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        return fail('mlnx_qos -i %s exited %d: %s' % (port['netdev'], rc, (err or out).strip()[-200:]), None)
+    try:
+        qos = parse_mlnx_qos(out)
+    except ParseError as e:
+        return fail(str(e), None)
+    port['qos'] = qos
+    mm = []
+    if 'qos_trust' in expected:
+        ok = qos['trust'] == expected['qos_trust']
+        port['checks']['qos_trust'] = {'severity': 'ok' if ok else 'fail', 'value': qos['trust'],
+                                       'message': 'mlnx_qos -i %s: trust %s%s' % (
+                                           port['netdev'], qos['trust'],
+                                           '' if ok else ', expected %s' % expected['qos_trust'])}
+        if not ok:
+            mm.append({'item': item, 'check': 'qos_trust', 'expected': expected['qos_trust'], 'found': qos['trust']})
+    if 'pfc_priorities' in expected:
+        found = [i for i, v in enumerate(qos['pfc']) if v]
+        ok = found == want_pfc
+        port['checks']['pfc'] = {'severity': 'ok' if ok else 'fail', 'value': found,
+                                 'message': 'mlnx_qos -i %s: PFC on priorities %s%s' % (
+                                     port['netdev'], found or 'none', '' if ok else ', expected %s' % want_pfc)}
+        if not ok:
+            mm.append({'item': item, 'check': 'pfc', 'expected': want_pfc, 'found': found})
+    return mm
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -265,7 +333,10 @@ def main():
                 gid_index=dict(type='int', default=0),
                 gid_type=dict(type='str'),
                 port_count=dict(type='int'),
+                qos_trust=dict(type='str', choices=['pcp', 'dscp']),
+                pfc_priorities=dict(type='list', elements='int'),
             )),
+            mlnx_qos_path=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -310,6 +381,8 @@ def main():
                     port['active_mtu'] = roce_active_mtu(port['netdev_mtu'])
                     port['active_mtu_source'] = 'derived'
                 port['checks'], mm = evaluate_port(port, expected)
+                if 'qos_trust' in expected or 'pfc_priorities' in expected:
+                    mm += qos_checks(module, port, expected, p['mlnx_qos_path'], commands)
                 mismatches.extend(mm)
                 ports.append(port)
     except ParseError as e:

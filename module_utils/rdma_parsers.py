@@ -157,3 +157,39 @@ def parse_ibv_devinfo_mtu(text, port=1):
         if m and (cur == port or cur is None):
             return int(m.group(1))
     raise ParseError('ibv_devinfo: no active_mtu for port %d' % port)
+
+
+MLNX_QOS_TRUST = ("pcp", "dscp")
+
+
+def parse_mlnx_qos(text):
+    """`mlnx_qos -i <netdev>` -> {'trust': 'pcp'|'dscp', 'pfc': [8 x 0/1], 'dcbx': str or None}.
+
+    Accepts the layouts recorded from MLNX_OFED 4.x to DOCA-OFED 3.2 (tabs or spaces, trailing spaces, with or
+    without buffer rows). Fails closed: no trust line, two of them, an unknown trust state, no PFC 'enabled' row
+    or one that is not eight 0/1 values under priorities 0-7 is a ParseError naming the field and value."""
+    lines = (text or "").splitlines()
+    trust = [ln.split(":", 1)[1].strip() for ln in lines if ln.strip().startswith("Priority trust state:")]
+    if len(trust) != 1:
+        raise ParseError("mlnx_qos: expected one 'Priority trust state:' line, found %d" % len(trust))
+    if trust[0] not in MLNX_QOS_TRUST:
+        raise ParseError("mlnx_qos: trust state %r is not one of %s" % (trust[0], ", ".join(MLNX_QOS_TRUST)))
+    dcbx = [ln.split(":", 1)[1].strip() for ln in lines if ln.strip().startswith("DCBX mode:")]
+    try:
+        start = [ln.strip() for ln in lines].index("PFC configuration:")
+    except ValueError:
+        raise ParseError("mlnx_qos: no 'PFC configuration:' section")
+    rows = {}
+    for ln in lines[start + 1:]:
+        words = ln.split()
+        if not words or words[0] not in ("priority", "enabled", "buffer"):
+            break
+        if words[0] in rows:
+            raise ParseError("mlnx_qos: PFC row %r appears twice" % words[0])
+        rows[words[0]] = words[1:]
+    if rows.get("priority") != [str(i) for i in range(8)]:
+        raise ParseError("mlnx_qos: PFC priority row %r is not 0-7" % (" ".join(rows.get("priority") or []),))
+    enabled = rows.get("enabled")
+    if enabled is None or len(enabled) != 8 or any(v not in ("0", "1") for v in enabled):
+        raise ParseError("mlnx_qos: PFC enabled row %r is not eight 0/1 values" % (" ".join(enabled or []),))
+    return {"trust": trust[0], "pfc": [int(v) for v in enabled], "dcbx": dcbx[0] if len(dcbx) == 1 else None}

@@ -7,7 +7,8 @@
 Device mlx5_<i> is the i-th rail netdev. Per device, ports/1/ holds state, phys_state, rate,
 link_layer, gids/0..3, gid_attrs/types/0..3, gid_attrs/ndevs/0..3 (GID layout of
 tests/fixtures/show_gids_roce_1port_v1v2_ipv4_husky.txt: link-local v1, v2, IPv4-mapped v1, v2),
-and device/net/<netdev>/ marks the netdev. The link-local GID is the EUI-64 of the netdev's real
+and device/net/<netdev>/ marks the netdev; tc/1/traffic_class starts empty. Beside it, <root>/../net/<netdev>/
+holds device/infiniband/<dev>/ and ecn/roce_{np,rp}/enable/0..7 (created "0" once, then left to rdma_roce). The link-local GID is the EUI-64 of the netdev's real
 MAC (read from <net_root>/<netdev>/address). `rdma_port_down` faults from the faults file set
 state "1: DOWN" / phys_state "3: Disabled". Idempotent: files are written only when their content
 differs; prints {"changed": true|false}. MTU is not simulated (read the real /sys/class/net).
@@ -49,13 +50,20 @@ def write(path, content, changed):
     return True
 
 
+def create(path, content, changed):
+    """Write `content` only when the file does not exist yet (state someone else then changes)."""
+    if os.path.exists(path):
+        return changed
+    return write(path, content, True)
+
+
 def build(root, rails, rate, net_root, faults):
     down = set()
     entries = faults.get("rdma_port_down", [])
     for entry in entries if isinstance(entries, list) else [entries]:
         down.add((entry["device"], int(entry.get("port", 1))))
     changed = False
-    wanted = set()
+    wanted, wanted_net = set(), set()
     for i, (netdev, address) in enumerate(rails):
         dev = "mlx5_%d" % i
         wanted.add(dev)
@@ -83,6 +91,25 @@ def build(root, rails, rate, net_root, faults):
         for other in os.listdir(os.path.join(base, "device", "net")):
             if other != netdev:
                 shutil.rmtree(os.path.join(base, "device", "net", other))
+                changed = True
+        # The NIC's settable state, created once and then left to whoever sets it (rdma_roce's QoS script):
+        # RoCE traffic class (empty until set, as recorded in tests/fixtures/sysfs_tc1_traffic_class_unset_*),
+        # and beside it a net tree with the device link and the ECN switches (lab choice: off until set).
+        changed = create(os.path.join(base, "tc", "1", "traffic_class"), "", changed)
+        sim_net = os.path.join(os.path.dirname(root), "net", netdev)
+        wanted_net.add(netdev)
+        link = os.path.join(sim_net, "device", "infiniband", dev)
+        if not os.path.isdir(link):
+            os.makedirs(link)
+            changed = True
+        for point in ("roce_np", "roce_rp"):
+            for prio in range(8):
+                changed = create(os.path.join(sim_net, "ecn", point, "enable", str(prio)), "0\n", changed)
+    net_dir = os.path.join(os.path.dirname(root), "net")
+    if os.path.isdir(net_dir):
+        for other in os.listdir(net_dir):
+            if other not in wanted_net:
+                shutil.rmtree(os.path.join(net_dir, other))
                 changed = True
     if os.path.isdir(root):
         for dev in os.listdir(root):

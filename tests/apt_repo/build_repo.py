@@ -9,7 +9,8 @@ through apt in Molecule and in the lab, where NVIDIA's servers cannot be reached
 Usage: build_repo.py OUT_DIR
 Writes OUT_DIR/repo/ and the same as OUT_DIR/repo.tar: one signed flat repository per layout
 (repo/<layout>/: *.deb, Packages, Packages.gz, Release, Release.gpg, InRelease), repo/sources/ (the
-nccl-tests source release double and its SHA256SUMS), repo/key.asc and repo/stamp-<digest>; and OUT_DIR/gnupg/ (the throwaway signing key, generated on
+nccl-tests source release double and its SHA256SUMS), repo/pypi/<project>/ (the wheels found in
+OUT_DIR/wheels, a pip index), repo/key.asc and repo/stamp-<digest>; and OUT_DIR/gnupg/ (the throwaway signing key, generated on
 first run, never committed).
 A second run with the same package list changes nothing (stamp file), so playbooks that copy the
 repository stay idempotent.
@@ -55,6 +56,8 @@ LAYOUTS = {
         "535.161.08": {"rev": "1"}, "550.90.07": {"rev": "1"}, "570.133.20": {"rev": "1"},
         "580.105.08": {"rev": "1"}, "580.126.09": {"rev": "1"}}},
 }
+# Copies of a layout with one package left out, for the test that a role and verify name what is missing.
+VARIANTS = {"debian12-without-dcgm": ("debian12", "datacenter-gpu-manager-4-core")}
 # The distribution directories that also carry CUDA, NCCL and DCGM (NVIDIA's CUDA repositories).
 CUDA_LAYOUTS = ("ubuntu2204", "ubuntu2404", "debian12")
 # CUDA minor -> toolkit version, NCCL version (NVIDIA's "+cudaX.Y" suffix), cuDNN version.
@@ -242,9 +245,29 @@ def cuda_packages(layout):
     return pkgs + dcgm_packages(layout)
 
 
+HERE = Path(__file__).resolve().parent
+
+
+def doca_packages():
+    """DOCA-OFED's host tools (mlnx_qos, cma_roce_tos) as mlnx-tools, under the doca-ofed metapackage. Their
+    payload (mlnx_tools.py) answers from recorded mlnx_qos outputs in tests/fixtures, keeping each port's
+    state in /run (forgotten at reboot, as a NIC's is). The version strings are this double's own: the
+    reference records no DOCA package versions."""
+    tool = {"mode": 0o755, "text": (HERE / "mlnx_tools.py").read_text()}
+    data = dict(("usr/share/gpulab-fake/mlnx-tools/%s" % name,
+                 {"text": (HERE.parent / "fixtures" / name).read_text()})
+                for name in ("mlnx_qos_i_pcp_default_524160buf_mlx5_centos12_magnate3.txt",
+                             "mlnx_qos_i_dscp_pfc3_buffers_mlx5_ens14f0_magnate3.txt"))
+    files = dict(data, **{"usr/bin/mlnx_qos": tool, "usr/bin/cma_roce_tos": tool})
+    return [{"layout": "doca", "name": "mlnx-tools", "version": "25.01-0.2.0", "fields": {"Depends": "python3"},
+             "files": files},
+            {"layout": "doca", "name": "doca-ofed", "version": "2.10.0-1", "fields": {"Depends": "mlnx-tools"},
+             "files": {}}]
+
+
 def packages():
     """Every fake package: layout (repository directory), name, version, control fields, files."""
-    pkgs = driver_packages()
+    pkgs = driver_packages() + doca_packages()
     for layout in CUDA_LAYOUTS:
         pkgs += cuda_packages(layout)
     pkgs.append({"layout": "libnvidia-container", "name": "nvidia-container-toolkit", "version": "1.17.4-1",
@@ -364,7 +387,9 @@ def sign_index(repo, stanzas, env, label):
 
 def build(out):
     repo, gnupg, stamp = out / "repo", out / "gnupg", out / "stamp"
-    spec = json.dumps(packages(), sort_keys=True)
+    # wheels downloaded beside the repository (OUT_DIR/wheels) are served as a pip index under pypi/<project>/
+    wheels = sorted((out / "wheels").glob("*.whl"))
+    spec = json.dumps([packages(), [w.name for w in wheels]], sort_keys=True)
     digest = hashlib.sha256((spec + Path(__file__).read_text()).encode()).hexdigest()
     if stamp.is_file() and stamp.read_text() == digest and (repo / "key.asc").is_file():
         print("unchanged %s" % repo)
@@ -376,11 +401,17 @@ def build(out):
     by_layout = {}
     for pkg in packages():
         by_layout.setdefault(pkg["layout"], []).append(pkg)
+    for variant, (layout, left_out) in VARIANTS.items():
+        by_layout[variant] = [p for p in by_layout[layout] if p["name"] != left_out]
     for layout, pkgs in sorted(by_layout.items()):
         (repo / layout).mkdir()
         sign_index(repo / layout, [build_deb(p, repo / layout) for p in pkgs], env,
                    "gpulab fake %s repository" % layout)
     nccl_tests_source(repo / "sources")
+    for wheel in wheels:
+        project = repo / "pypi" / wheel.name.split("-")[0].lower().replace("_", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel, project / wheel.name)
     (repo / "key.asc").write_text(run("gpg", "--batch", "--armor", "--export", env=env))
     (repo / ("stamp-" + digest[:16])).write_text(digest + "\n")
     with tarfile.open(out / "repo.tar", "w") as tar:

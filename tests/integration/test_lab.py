@@ -185,6 +185,26 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     b1 = json.loads((ROOT / "reports" / "gpu-b1.json").read_text())
     assert b1["topology"]["links"]["GPU3"]["GPU4"] == "NV12"
     assert [p["netdev_mtu"] for p in a1["rdma_ports"]] == [9000, 9000]
+    # The GPU tools come from the product roles' packages, not from the simulator: nvidia-smi from the driver
+    # set (Debian 12 layout), dcgmi from DCGM 4, all_reduce_perf built from the nccl-tests source release, and
+    # nvidia-ml-py at its pinned version.
+    for node in GPU_NODES:
+        found = subprocess.run(["docker", "exec", "gpulab-" + node, "sh", "-c",
+                                "dpkg -S /usr/bin/nvidia-smi /usr/bin/dcgmi; readlink /opt/nccl-tests/bin; "
+                                "readlink /usr/local/lib/nvidia-ml-py/current; "
+                                "ls /usr/local/bin/nvidia-smi /usr/local/bin/dcgmi 2>&1 | grep -c 'No such file'"],
+                               capture_output=True, text=True, check=True).stdout.splitlines()
+        assert found == ["nvidia-smi: /usr/bin/nvidia-smi", "datacenter-gpu-manager-4-core: /usr/bin/dcgmi",
+                         "/opt/nccl-tests/nccl-tests-2.17.6/build-cuda12.2-nccl2.19.3", "12.570.86", "2"], (node, found)
+    # rdma_roce applied lossless RoCE through DOCA's tools (the lab's mlnx-tools double) and its check agrees.
+    for node in GPU_NODES:
+        qos = subprocess.run(["docker", "exec", "gpulab-" + node, "/usr/local/sbin/rdma-roce-qos", "check"],
+                             capture_output=True, text=True)
+        assert qos.returncode == 0 and "skip" not in qos.stdout, (node, qos.stdout)
+        assert len(re.findall(r"^ok: eth\d: trust dscp, pfc 0,0,0,1,0,0,0,0$", qos.stdout, re.M)) == 2, qos.stdout
+        assert re.search(r"^ok: mlx5_0: RDMA-CM default ToS 106\b", qos.stdout, re.M), (node, qos.stdout)
+        assert "ok: mlx5_1: traffic class 106" in qos.stdout, (node, qos.stdout)
+        assert len(re.findall(r"^ok: eth\d: ecn roce_(np|rp) priority 3 = 1$", qos.stdout, re.M)) == 4, qos.stdout
     # gpu_power turned persistence mode on everywhere (the recorded A100/L40S outputs had it off).
     for node, row in rows.items():
         assert not any("persistence_mode" in r for r in row["columns"]["gpus"]["reasons"]), (node, row)
@@ -317,8 +337,10 @@ FAULTS = {
     "gpu-b1": ({"ecc_uncorrectable": [{"gpu": 1, "count": 4}], "row_remap_pending": [{"gpu": 6}]},
                {"ecc": ["GPU1 ecc", "GPU6 row_remap"],
                 "gpus": ["GPU0 fabric", "nvidia-fabricmanager is inactive"]}),
+    # gpu-b2's NICs also forget their QoS in the test below (as at a reboot before the boot unit runs).
     "gpu-b2": ({"xid": [{"gpu": 4, "code": 79}], "pcie_degraded": [{"gpu": 0, "width": 8}]},
-               {"xid": ["GPU4 xid", "79"], "pcie": ["GPU0 pcie", "x8"]}),
+               {"xid": ["GPU4 xid", "79"], "pcie": ["GPU0 pcie", "x8"],
+                "rdma": ["qos_trust: mlnx_qos -i", "trust pcp, expected dscp", "PFC on priorities none, expected [3]"]}),
     "gpu-b3": ({"over_temperature": [{"gpu": 2, "temp": 95}], "rdma_port_down": [{"device": "mlx5_1"}]},
                {"gpus": ["GPU2 temperature"], "rdma": ["mlx5_1"]}),
 }
@@ -335,6 +357,7 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
             set_faults(host, faults)
         subprocess.run(a3_smi + ["-pl", "300"], check=True, capture_output=True)
         subprocess.run(["docker", "exec", "gpulab-gpu-b1", "systemctl", "stop", "nvidia-fabricmanager"], check=True)
+        subprocess.run(["docker", "exec", "gpulab-gpu-b2", "rm", "-rf", "/run/gpulab-nic"], check=True)
         rc, out = playbook("playbooks/verify.yml", check=False)
         assert rc != 0, "verify.yml must fail when nodes are not ready"
         rows = report()
@@ -357,6 +380,8 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
             set_faults(host, {})
         subprocess.run(a3_smi + ["-pl", str(int(float(limit)))], check=True, capture_output=True)
         subprocess.run(["docker", "exec", "gpulab-gpu-b1", "systemctl", "start", "nvidia-fabricmanager"], check=True)
+        # what the boot unit does after a reboot: apply the lossless-RoCE settings again
+        subprocess.run(["docker", "exec", "gpulab-gpu-b2", "systemctl", "restart", "rdma-roce-qos"], check=True)
     rc, out = playbook("playbooks/verify.yml")
     assert all(r["ready"] for r in report().values())
 
@@ -502,13 +527,25 @@ def test_a_node_stopped_mid_run_is_named_and_the_rest_converge(lab):
 def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
     """nccl_busbw_low halves gpu-a2's replayed all-reduce and dcgm_diag_fail fails Inforom on gpu-b1's GPU 4:
     each node is not ready in exactly its gate's column, with measured against required (aznhc marks in
-    playbooks/vars/hardware_profiles.yml). Then the opt-in multi-node run renders mpirun over rail0 per profile."""
+    playbooks/vars/hardware_profiles.yml); gpu-b3 without DCGM (its repository lacks a package) is not ready in
+    the DCGM column. Then the opt-in multi-node run renders mpirun over rail0 per profile."""
     def failing(row):
         return {c for c, v in row["columns"].items() if v["status"] in ("fail", "error")}
 
     set_faults("gpu-a2", {"nccl_busbw_low": {"factor": 0.5}})
     set_faults("gpu-b1", {"dcgm_diag_fail": [{"test": "Inforom", "gpu": 4}]})
     try:
+        # gpu-b3 as a node that never had DCGM, served a repository that lacks one DCGM package: the dcgm role
+        # fails naming the package, and verify's DCGM gate names the missing tool (the simulator has no dcgmi).
+        dcgm = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
+        subprocess.run(["docker", "exec", "gpulab-gpu-b3", "sh", "-c", "apt-mark unhold %s >/dev/null && "
+                        "apt-get purge -y -q %s >/dev/null" % (" ".join(dcgm), " ".join(dcgm))], check=True)
+        rc, out = playbook("playbooks/node_baseline.yml", "-l", "gpu-b3", "--tags", "dcgm", "-e", json.dumps(
+            {"nvidia_driver_repo": {"url": "http://127.0.0.1:8765/debian12-without-dcgm/",
+                                    "key_url": "http://127.0.0.1:8765/key.asc"}}), check=False)
+        assert rc != 0 and recap(out)["gpu-b3"]["failed"] == 1, out[-3000:]
+        failure = out[out.index("fatal: [gpu-b3]"):out.index("PLAY RECAP")]
+        assert "datacenter-gpu-manager-4-core" in failure, failure
         rc, out = playbook("playbooks/verify.yml", check=False)
         assert rc != 0, "verify.yml must fail when nodes are not ready"
         hosts = recap(out)
@@ -523,8 +560,15 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
         assert (gate["measured_busbw_gbps"], gate["required_busbw_gbps"]) == (342.63, 460.0), gate
         assert failing(b1) == {"dcgm"}, b1["reasons"]
         assert b1["columns"]["dcgm"]["reasons"] == ["level 1 Inforom fail (inforom_corrupt, GPU 4)"]
-        assert all(rows[n]["ready"] for n in GPU_NODES if n not in ("gpu-a2", "gpu-b1")), \
+        b3 = rows["gpu-b3"]
+        assert failing(b3) == {"dcgm"}, b3["reasons"]
+        assert b3["columns"]["dcgm"]["reasons"] == [
+            "dcgmi is not on PATH; install NVIDIA DCGM (datacenter-gpu-manager) or give path"], b3["columns"]["dcgm"]
+        assert all(rows[n]["ready"] for n in GPU_NODES if n not in ("gpu-a2", "gpu-b1", "gpu-b3")), \
             {n: rows[n]["reasons"] for n in GPU_NODES}
+        # the gates ran the tools the product roles installed: nccl-tests built from source, DCGM's dcgmi
+        assert rows["gpu-a1"]["gates"]["nccl"]["cmd"][0] == "/opt/nccl-tests/bin/all_reduce_perf"
+        assert rows["gpu-b1"]["gates"]["dcgm"]["cmd"][:3] == ["/usr/bin/dcgmi", "diag", "-r"]
         # healthy nodes: each profile's replay against its mark
         assert (rows["gpu-a1"]["gates"]["nccl"]["measured_busbw_gbps"],
                 rows["gpu-a1"]["gates"]["nccl"]["required_busbw_gbps"]) == (685.27, 460.0)
@@ -538,6 +582,7 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
     finally:
         set_faults("gpu-a2", {})
         set_faults("gpu-b1", {})
+        playbook("playbooks/node_baseline.yml", "-l", "gpu-b3", "--tags", "dcgm")
     rc, out = playbook("playbooks/verify.yml", "-e", "node_verify_nccl_multi_node=true")
     rows = report()
     assert all(rows[n]["ready"] for n in GPU_NODES), {n: rows[n]["reasons"] for n in GPU_NODES}

@@ -269,6 +269,31 @@ def test_gpu_health_nvml_path(monkeypatch):
     assert len(res['gpus']) == 8
 
 
+@pytest.mark.parametrize('expected', [
+    {'gpu_count': 1, 'driver_version': '590', 'nvswitch': True, 'pcie': {'gen': 5, 'width': 16},
+     'power_limit_watts': 700},
+    # a plan the recorded node does not meet: the same failed checks either way
+    {'gpu_count': 8, 'driver_version': '570', 'nvswitch': True, 'pcie': {'gen': 5, 'width': 16},
+     'power_limit_watts': 600},
+])
+def test_gpu_health_same_checks_and_verdict_through_nvml_and_nvidia_smi(monkeypatch, expected):
+    """The same recorded node read through nvidia-smi and through NVML (the recorded values behind a fake
+    pynvml) gives the same checks and the same verdict."""
+    from fake_nvml import make_fake_pynvml
+    from ansible.module_utils.gpu_parsers import normalize_query_row, parse_nvsmi_q, parse_query_csv
+    from ansible.module_utils.health_checks import merge_records
+    smi_res, smi_failed, _ = run_module(gpu_health.main, {'expected': expected}, _health_responses())
+    q = parse_nvsmi_q(capture_section(H200_CAP, 'nvidia-smi -q'))
+    csv = [normalize_query_row(r)
+           for r in parse_query_csv(capture_section(H200_CAP, 'nvidia-smi --query-gpu=timestamp'))]
+    monkeypatch.setattr(gpu_health, '_import_pynvml', lambda: make_fake_pynvml(merge_records(csv, q)))
+    nvml_res, nvml_failed, r = run_module(gpu_health.main, {'expected': expected},
+                                          {(lambda a: a == ['/usr/bin/dmesg']): (0, '', '')})
+    assert (smi_res['source'], nvml_res['source']) == ('nvidia-smi', 'nvml') and r.calls == [['/usr/bin/dmesg']]
+    assert nvml_res['checks'] == smi_res['checks'] and nvml_res['verdict'] == smi_res['verdict']
+    assert nvml_failed == smi_failed == (expected['gpu_count'] != 1)
+
+
 # ---- gpu_settings ----------------------------------------------------------
 
 class FakeSmi:
@@ -427,6 +452,40 @@ def test_rdma_mismatches(tmp_path):
     assert {'item': 'node', 'check': 'port_count', 'expected': 2, 'found': 1} in mm
     assert res['ports'][0]['netdev'] == 'rail0'  # fell back to device/net/*
     assert 'mlx5_0/1 netdev_mtu expected 9000 found 1500' in res['msg']
+
+
+QOS_DSCP_PFC3 = fixture('mlnx_qos_i_dscp_pfc3_buffers_mlx5_ens14f0_magnate3.txt')
+QOS_PCP_OFF = fixture('mlnx_qos_i_pcp_default_524160buf_mlx5_centos12_magnate3.txt')
+
+
+def test_rdma_qos_ok_and_drift_named(tmp_path):
+    ib, net = _sysfs(tmp_path, ['mlx5_0', 'mlx5_1'])
+    want = {'gid_index': 3, 'qos_trust': 'dscp', 'pfc_priorities': [3]}
+    res, failed, r = run_module(rdma_health.main, {'infiniband_root': ib, 'net_root': net, 'expected': want},
+                                {('-i', 'rail0'): (0, QOS_DSCP_PFC3, ''), ('-i', 'rail1'): (0, QOS_PCP_OFF, '')},
+                                bins={'mlnx_qos': '/usr/bin/mlnx_qos'})
+    assert failed and r.calls == [['/usr/bin/mlnx_qos', '-i', 'rail0'], ['/usr/bin/mlnx_qos', '-i', 'rail1']]
+    by = dict(((c['subject'], c['name']), c) for c in res['checks'])
+    assert by[('mlx5_0/1', 'qos_trust')]['status'] == 'ok' and by[('mlx5_0/1', 'pfc')]['measured'] == [3]
+    assert by[('mlx5_1/1', 'qos_trust')]['status'] == 'fail' and by[('mlx5_1/1', 'qos_trust')]['measured'] == 'pcp'
+    assert by[('mlx5_1/1', 'pfc')]['reason'] == 'mlnx_qos -i rail1: PFC on priorities none, expected [3]'
+    assert {'item': 'mlx5_1/1', 'check': 'qos_trust', 'expected': 'dscp', 'found': 'pcp'} in res['mismatches']
+
+
+@pytest.mark.parametrize('bins,answer,reason', [
+    ({}, None, 'mlnx_qos is not installed'),
+    ({'mlnx_qos': '/usr/bin/mlnx_qos'}, (1, '', 'Netlink error'), 'mlnx_qos -i rail0 exited 1: Netlink error'),
+    ({'mlnx_qos': '/usr/bin/mlnx_qos'}, (0, QOS_DSCP_PFC3.replace('Priority trust state: dscp', ''), ''),
+     "one 'Priority trust state:' line, found 0"),
+])
+def test_rdma_qos_fails_closed(tmp_path, bins, answer, reason):
+    ib, net = _sysfs(tmp_path, ['mlx5_0'])
+    res, failed, _ = run_module(rdma_health.main, {'infiniband_root': ib, 'net_root': net,
+                                                   'expected': {'gid_index': 3, 'qos_trust': 'dscp',
+                                                                'pfc_priorities': [3]}},
+                                {('-i', 'rail0'): answer} if answer else {}, bins=bins)
+    qos = [c for c in res['checks'] if c['name'] in ('qos_trust', 'pfc')]
+    assert failed and len(qos) == 2 and all(c['status'] == 'fail' and reason in c['reason'] for c in qos), qos
 
 
 def test_rdma_ibv_devinfo_used(tmp_path):

@@ -4,10 +4,11 @@
 import pytest
 from ansible.module_utils.gpu_parsers import ParseError
 from ansible.module_utils.rdma_parsers import (parse_ibdev2netdev, parse_ibstat, parse_ibv_devinfo_mtu,
-                                               parse_show_gids, parse_sysfs_rate, parse_sysfs_state,
+                                               parse_mlnx_qos, parse_show_gids, parse_sysfs_rate, parse_sysfs_state,
                                                roce_active_mtu)
 
 from helpers import fixture
+from hypothesis import given, strategies as st
 
 # fixture, CA count, {ca: (state, physical_state, rate, link_layer)}, error substring or None
 IBSTAT_CASES = [
@@ -118,3 +119,59 @@ def test_ibv_devinfo_mtu():
     assert parse_ibv_devinfo_mtu(text, 1) == 1024
     with pytest.raises(ParseError):
         parse_ibv_devinfo_mtu(text, 2)
+
+
+# ---- mlnx_qos --------------------------------------------------------------
+
+# every recorded mlnx_qos output: (fixture, trust, priorities with PFC on)
+MLNX_QOS_CASES = [
+    ('mlnx_qos_i_dcbx_fw_controlled_ets50_50_pfc3_cx5_doca32_sn2700blog.txt', 'dscp', [3]),
+    ('mlnx_qos_i_dscp_pfc3_buffers_mlx5_ens14f0_magnate3.txt', 'dscp', [3]),
+    ('mlnx_qos_i_ets_strict_custom_dscp2prio_pfc5_cx7_ofed2310_3fsnotes.txt', 'dscp', [5]),
+    ('mlnx_qos_i_p2p2_cx5_ofed51_dscp_pfc3_tabs_lshca.txt', 'dscp', [3]),
+    ('mlnx_qos_i_pcp_default_262016buf_mlx5_cpugl13_magnate3.txt', 'pcp', []),
+    ('mlnx_qos_i_pcp_default_524160buf_mlx5_centos12_magnate3.txt', 'pcp', []),
+    ('mlnx_qos_pfc_0001_after_trust_dscp_mlx5_ofed4x_netarbiter.txt', 'dscp', [3]),
+    ('mlnx_qos_pfc_0001_dscp30_remapped_prio6_buffers_mlx5_ens14f0_magnate3.txt', 'dscp', [3]),
+    ('mlnx_qos_ratelimit_gbps_pcp_default_prio_empty_trimmed_magnate3.txt', 'pcp', []),
+    ('mlnx_qos_trust_dscp_mlx5_ofed4x_netarbiter.txt', 'dscp', [3]),
+    ('mlnx_qos_trust_dscp_pfc_off_mlx5_centos12_magnate3.txt', 'dscp', []),
+    ('mlnx_qos_trust_pcp_pfc3_buffers_mlx5_ens14f0_magnate3.txt', 'pcp', [3]),
+]
+
+
+@pytest.mark.parametrize('name,trust,pfc', MLNX_QOS_CASES, ids=[c[0][:40] for c in MLNX_QOS_CASES])
+def test_mlnx_qos_fixture(name, trust, pfc):
+    q = parse_mlnx_qos(fixture(name))
+    assert q['trust'] == trust and [i for i, v in enumerate(q['pfc']) if v] == pfc and len(q['pfc']) == 8
+
+
+def test_mlnx_qos_dcbx_mode():
+    assert parse_mlnx_qos(fixture(MLNX_QOS_CASES[0][0]))['dcbx'] == 'Firmware controlled'
+    assert parse_mlnx_qos(fixture(MLNX_QOS_CASES[1][0]))['dcbx'] == 'OS controlled'
+
+
+@pytest.mark.parametrize('old,new,error', [
+    ('Priority trust state: dscp', 'Priority trust state: both', "trust state 'both'"),
+    ('Priority trust state: dscp', '', "one 'Priority trust state:' line, found 0"),
+    ('PFC configuration:', 'PFC config:', "no 'PFC configuration:' section"),
+    ('enabled     0   0   0   1', 'enabled     0   0   0   N/A', "is not eight 0/1 values"),
+    ('enabled     0   0   0   1   0   0   0   0', 'enabled     0   0   0   1   0   0   0', "is not eight 0/1"),
+    ('priority    0   1   2   3   4   5   6   7', 'priority    0   1   2   3', "priority row"),
+])
+def test_mlnx_qos_fails_closed(old, new, error):
+    text = fixture('mlnx_qos_i_dscp_pfc3_buffers_mlx5_ens14f0_magnate3.txt')
+    assert old in text
+    with pytest.raises(ParseError, match=error):
+        parse_mlnx_qos(text.replace(old, new, 1))
+
+
+@given(st.integers(min_value=0, max_value=4000), st.text(max_size=20))
+def test_mlnx_qos_mutation_parses_or_fails_cleanly(at, junk):
+    text = fixture('mlnx_qos_i_dscp_pfc3_buffers_mlx5_ens14f0_magnate3.txt')
+    mutated = text[:at] + junk + text[at + len(junk):]
+    try:
+        q = parse_mlnx_qos(mutated)
+    except ParseError:
+        return
+    assert q['trust'] in ('pcp', 'dscp') and len(q['pfc']) == 8 and set(q['pfc']) <= {0, 1}

@@ -247,7 +247,7 @@ def test_fault_xid_and_dmesg_shim(h100):
 
 
 def test_infiniband_generator(tmp_path):
-    root, net = tmp_path / "ib", tmp_path / "net"
+    root, net = tmp_path / "sys" / "class" / "infiniband", tmp_path / "hostnet"
     (net / "eth1").mkdir(parents=True)
     (net / "eth1" / "address").write_text("08:c0:eb:21:03:da\n")
     args = [sys.executable, GEN, "--root", str(root), "--net-root", str(net), "--faults",
@@ -265,6 +265,16 @@ def test_infiniband_generator(tmp_path):
         ["IB/RoCE v1\n", "RoCE v2\n", "IB/RoCE v1\n", "RoCE v2\n"]
     assert (root / "mlx5_1" / "ports" / "1" / "gid_attrs" / "ndevs" / "2").read_text() == "eth2\n"
     assert (root / "mlx5_1" / "device" / "net" / "eth2").is_dir()
+    # the NIC's settable state beside it: traffic class empty until set, ECN off, left alone once set
+    sim_net = tmp_path / "sys" / "class" / "net"
+    assert (root / "mlx5_0" / "tc" / "1" / "traffic_class").read_text() == ""
+    assert (sim_net / "eth2" / "device" / "infiniband" / "mlx5_1").is_dir()
+    ecn = sim_net / "eth1" / "ecn" / "roce_np" / "enable" / "3"
+    assert ecn.read_text() == "0\n" and (sim_net / "eth1" / "ecn" / "roce_rp" / "enable" / "7").read_text() == "0\n"
+    ecn.write_text("1\n")
+    (root / "mlx5_0" / "tc" / "1" / "traffic_class").write_text("106\n")
+    assert json.loads(subprocess.check_output(args))["changed"] is False
+    assert ecn.read_text() == "1\n" and (root / "mlx5_0" / "tc" / "1" / "traffic_class").read_text() == "106\n"
     (tmp_path / "faults.json").write_text(json.dumps({"rdma_port_down": [{"device": "mlx5_1"}]}))
     assert json.loads(subprocess.check_output(args))["changed"] is True
     down = root / "mlx5_1" / "ports" / "1"
