@@ -532,9 +532,28 @@ def check_role_arguments(ctx):
             if not params:
                 continue
             wanted = dict((k, _optional(spec[k])) for k in params)
-            result = ArgumentSpecValidator(wanted).validate(params)
+            result = ArgumentSpecValidator(wanted).validate(_plain(params))
             for err in result.errors:
                 yield host, _spec_message(role, err, params, spec)
+
+
+def _plain(value):
+    """Plain dicts, lists and scalars. The validator deep-copies its input, and a deep copy of ansible-core's
+    lazily templated containers costs seconds per role on a real inventory."""
+    if isinstance(value, Mapping):
+        return dict((k if isinstance(k, (int, float, bool)) or k is None else str(k), _plain(v))
+                    for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
 
 
 def role_specs(roles_dir):
