@@ -6,6 +6,8 @@ slowdown/shutdown thresholds) through NVML (the pynvml module of nvidia-ml-py)."
 
 from __future__ import absolute_import, division, print_function
 
+import ctypes
+
 from ansible.module_utils.gpu_parsers import normalize_bus_id
 
 __metaclass__ = type
@@ -20,6 +22,19 @@ FABRIC_STATES = {0: 'Not Supported', 1: 'Not Started', 2: 'In Progress', 3: 'Com
 
 def _text(v):
     return v.decode('utf-8', 'replace') if isinstance(v, bytes) else v
+
+
+def _fabric_info(pynvml, call, handle):
+    """The GPU's fabric registration, or None where NVML has no answer. Read with the versioned call and
+    structure (nvmlGpuFabricInfo_v2): the unversioned structure of nvidia-ml-py 12.x does not have nvml.h's
+    layout (an 80-byte cluster UUID where the library writes 16), so it would read the state from the wrong
+    offset. pynvml passes the second argument through as given, so it must be a pointer (ctypes.byref): the
+    structure itself would be copied onto the stack and the library would write through whatever the
+    register held."""
+    if not hasattr(pynvml, 'nvmlDeviceGetGpuFabricInfoV') or not hasattr(pynvml, 'c_nvmlGpuFabricInfoV_t'):
+        return None
+    info = pynvml.c_nvmlGpuFabricInfoV_t()
+    return info if call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info)) is not None else None
 
 
 def gather_nvml(pynvml):
@@ -53,8 +68,7 @@ def gather_nvml(pynvml):
             reasons = call(reasons_fn, h)
             power = call(pynvml.nvmlDeviceGetPowerUsage, h)
             limit = call(pynvml.nvmlDeviceGetPowerManagementLimit, h)
-            fabric = call(pynvml.nvmlDeviceGetGpuFabricInfo, h) if hasattr(pynvml, 'nvmlDeviceGetGpuFabricInfo') \
-                else None
+            fabric = _fabric_info(pynvml, call, h)
             if fabric is not None:
                 fstate = FABRIC_STATES.get(getattr(fabric, 'state', None))
                 fstatus = 'Success' if getattr(fabric, 'status', None) == 0 else \

@@ -955,6 +955,154 @@ def dcgmi(args):
     return out
 
 
+# --------------------------------------------------------------------------- NVML
+# The lab's fake libnvidia-ml.so.1 (tests/apt_repo/nvml_shim.c) reads the GPUs from this dump: one line
+# "driver<TAB><version>", then one line per visible GPU of key=value fields in NVML's units (mW, enums,
+# reason bits), "NA" where the recorded output has no value (the library then answers NOT_SUPPORTED). The
+# values are those nvidia-smi shows for the same node, faults included.
+NVML_QUERY = ["index", "name", "uuid", "pci.bus_id", "driver_version", "persistence_mode",
+              "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
+              "retired_pages.pending", "retired_pages.double_bit.count", "remapped_rows.correctable",
+              "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure",
+              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
+              "temperature.gpu", "power.draw", "power.limit", "clocks_event_reasons.hw_slowdown",
+              "clocks_event_reasons.sw_thermal_slowdown", "clocks_event_reasons.hw_thermal_slowdown",
+              "clocks_event_reasons.hw_power_brake_slowdown", "fabric.state", "fabric.status"]
+# nvmlClocksEventReasons bits of the four reasons above (nvml.h)
+NVML_REASON_BITS = {"clocks_event_reasons.hw_slowdown": 0x8, "clocks_event_reasons.sw_thermal_slowdown": 0x20,
+                    "clocks_event_reasons.hw_thermal_slowdown": 0x40,
+                    "clocks_event_reasons.hw_power_brake_slowdown": 0x80}
+NVML_FABRIC_STATES = {"Not Supported": 0, "Not Started": 1, "In Progress": 2, "Completed": 3}
+
+
+def _nvml_na(value):
+    return value is None or value.strip() in ("", "N/A", "[N/A]", "Not Supported", "[Not Supported]")
+
+
+def _nvml_int(value, scale=1):
+    if _nvml_na(value):
+        return "NA"
+    try:
+        return str(int(round(float(value) * scale)))
+    except ValueError:
+        return "NA"
+
+
+def _nvml_flag(value, yes=("Yes", "Enabled", "Active")):
+    return "NA" if _nvml_na(value) else ("1" if value.strip() in yes else "0")
+
+
+def _nvml_thresholds(block):
+    """(slowdown, shutdown) in C from a -q block: absolute, or current + T.Limit margin - threshold offset."""
+    def num(key):
+        m = re.match(r"^(-?\d+)", (_q_get(block, "Temperature/" + key) or "").strip())
+        return int(m.group(1)) if m else None
+    cur, tlimit = num("GPU Current Temp"), num("GPU T.Limit Temp")
+    out = []
+    for name in ("Slowdown", "Shutdown"):
+        value = num("GPU %s Temp" % name)
+        off = num("GPU %s T.Limit Temp" % name)
+        if value is None and None not in (cur, tlimit, off):
+            value = cur + tlimit - off
+        out.append("NA" if value is None else str(value))
+    return out
+
+
+def _q_items(block):
+    """[(path, value)] of the value lines of a -q block (path as a list of headings and the key)."""
+    out, stack = [], []
+    for line in block[1:]:
+        level = (len(line) - len(line.lstrip())) // 4 - 1
+        name, sep, value = line.partition(":")
+        stack = stack[:max(level, 0)] + [name.strip()]
+        if sep:
+            out.append((list(stack), value.strip()))
+    return out
+
+
+def _nvml_from_q(block):
+    """What the -q block says for the query fields the recorded query shows as N/A: NVML reads one source,
+    nvidia-smi's two outputs are two views of it (the nvidia-smi path merges them the same way)."""
+    items = _q_items(block)
+    found = {}
+
+    def first(*paths):
+        for path in paths:
+            for p, v in items:
+                if p == path.split("/") and not _nvml_na(v):
+                    return v
+        return None
+    for scope in ("volatile", "aggregate"):
+        total, seen = 0, False
+        for p, v in items:
+            if p[:2] != ["ECC Errors", scope.capitalize()] or _nvml_na(v):
+                continue
+            leaf = p[-1]
+            if (len(p) == 3 and "Uncorrectable" in leaf and "Threshold" not in leaf) or \
+                    (len(p) == 4 and p[2].startswith("Double Bit") and leaf == "Total"):
+                try:
+                    total, seen = total + int(v), True
+                except ValueError:
+                    pass
+        if seen:
+            found["ecc.errors.uncorrected.%s.total" % scope] = str(total)
+    found["retired_pages.pending"] = first("Retired Pages/Pending Page Blacklist", "Retired Pages/Pending")
+    found["retired_pages.double_bit.count"] = first("Retired Pages/Double Bit ECC",
+                                                    "Retired Pages/Double Bit ECC/Count")
+    for field, key in (("remapped_rows.correctable", "Correctable Error"),
+                       ("remapped_rows.uncorrectable", "Uncorrectable Error"),
+                       ("remapped_rows.pending", "Pending"), ("remapped_rows.failure", "Remapping Failure Occurred")):
+        found[field] = first("Remapped Rows/" + key)
+    found["fabric.state"] = first("Fabric/State")
+    found["fabric.status"] = first("Fabric/Status")
+    return dict((k, v) for k, v in found.items() if v is not None)
+
+
+def cmd_nvml(sim):
+    rows = cmd_query_gpu(sim, ",".join(NVML_QUERY), "csv,noheader,nounits", None).rstrip("\n")
+    _header, blocks = _q_blocks(cmd_q(sim, None, None))
+    lines = ["driver\t%s" % (rows.split(", ")[4] if rows else "NA")]
+    for n, line in enumerate(rows.split("\n") if rows else []):
+        v = dict(zip(NVML_QUERY, line.split(", ")))
+        for field, value in (_nvml_from_q(blocks[n]) if n < len(blocks) else {}).items():
+            if _nvml_na(v[field]):
+                v[field] = value
+        reasons = 0
+        for field, bit in NVML_REASON_BITS.items():
+            if _nvml_na(v[field]):
+                reasons = None
+                break
+            reasons |= bit if v[field].strip() == "Active" else 0
+        state = NVML_FABRIC_STATES.get(v["fabric.state"].strip())
+        slowdown, shutdown = _nvml_thresholds(blocks[n]) if n < len(blocks) else ("NA", "NA")
+        fields = [
+            ("index", v["index"]), ("name", v["name"]), ("uuid", v["uuid"]), ("bus_id", v["pci.bus_id"]),
+            ("persistence", _nvml_flag(v["persistence_mode"])),
+            ("ecc_volatile", _nvml_int(v["ecc.errors.uncorrected.volatile.total"])),
+            ("ecc_aggregate", _nvml_int(v["ecc.errors.uncorrected.aggregate.total"])),
+            ("retired_pending", _nvml_flag(v["retired_pages.pending"])),
+            ("retired_dbe", _nvml_int(v["retired_pages.double_bit.count"])),
+            ("remap_correctable", _nvml_int(v["remapped_rows.correctable"])),
+            ("remap_uncorrectable", _nvml_int(v["remapped_rows.uncorrectable"])),
+            ("remap_pending", _nvml_flag(v["remapped_rows.pending"])),
+            ("remap_failure", _nvml_flag(v["remapped_rows.failure"])),
+            ("pcie_gen", _nvml_int(v["pcie.link.gen.current"])),
+            ("pcie_gen_max", _nvml_int(v["pcie.link.gen.max"])),
+            ("pcie_width", _nvml_int(v["pcie.link.width.current"])),
+            ("pcie_width_max", _nvml_int(v["pcie.link.width.max"])),
+            ("temperature", _nvml_int(v["temperature.gpu"])),
+            ("power_mw", _nvml_int(v["power.draw"], 1000)),
+            ("limit_mw", _nvml_int(v["power.limit"], 1000)),
+            ("reasons", "NA" if reasons is None else str(reasons)),
+            ("fabric_state", "NA" if state in (None, 0) else str(state)),
+            ("fabric_status", "NA" if state in (None, 0) else ("0" if v["fabric.status"].strip() == "Success"
+                                                                else "999")),
+            ("slowdown", slowdown), ("shutdown", shutdown),
+        ]
+        lines.append("\t".join("%s=%s" % (k, val.replace("\t", " ")) for k, val in fields))
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     # the lab's fake NVIDIA packages run this file for their tools and name the tool in GPUSIM_TOOL
@@ -968,6 +1116,8 @@ def main(argv=None):
             sys.stdout.write(dcgmi(argv[1:]))
         elif prog == "mpirun":
             mpirun(argv[1:])
+        elif prog == "nvml":
+            sys.stdout.write(cmd_nvml(Sim()))
         else:
             sys.stdout.write(nvidia_smi(argv[1:]))
     except Fail as err:

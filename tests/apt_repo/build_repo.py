@@ -14,7 +14,8 @@ OUT_DIR/wheels, a pip index), repo/key.asc and repo/stamp-<digest>; and OUT_DIR/
 first run, never committed).
 A second run with the same package list changes nothing (stamp file), so playbooks that copy the
 repository stay idempotent.
-Needs dpkg-deb and gpg on PATH; everything else is the Python standard library.
+Needs dpkg-deb, gpg and gcc (the NVML double, nvml_shim.c) on PATH; everything else is the Python standard
+library.
 """
 
 import fcntl
@@ -120,7 +121,10 @@ def driver_roles(kind, branch, upstream):
                "lib/systemd/system/nvidia-persistenced.service": {"text": SERVICE.format(
                    desc="NVIDIA Persistence Daemon", exe="/usr/bin/nvidia-persistenced")}}
     smi = {"usr/bin/nvidia-smi": tool("nvidia-smi")}
-    nvml = {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s" % upstream: {"text": "gpulab test double\n"}}
+    # NVML: the lab's libnvidia-ml double (nvml_shim.c, answering from the simulator), named and linked as the
+    # real library is (libnvidia-ml.so.1 -> libnvidia-ml.so.<version>)
+    nvml = {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s" % upstream: {"build": "nvml_shim"},
+            "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": {"link": "libnvidia-ml.so.%s" % upstream}}
     kernel = {VERSION_FILE: {"text": upstream + "\n"}}
     if kind == "debian":
         return [("kmod", "nvidia-kernel-dkms", kernel), ("kmod-open", "nvidia-kernel-open-dkms", kernel),
@@ -324,6 +328,21 @@ def run(*argv, **kw):
     return subprocess.run(list(argv), check=True, capture_output=True, text=True, **kw).stdout
 
 
+_COMPILED = {}
+
+
+def compiled(name):
+    """tests/apt_repo/<name>.c built as a shared library (once per run), e.g. the NVML double."""
+    if name not in _COMPILED:
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = Path(tmp) / (name + ".so")
+            run("gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11",
+                '-DGPUSIM_SIMULATOR="%s"' % SIMULATOR, "-Wl,-soname,libnvidia-ml.so.1",
+                "-o", str(lib), str(HERE / (name + ".c")))
+            _COMPILED[name] = lib.read_bytes()
+    return _COMPILED[name]
+
+
 def build_deb(pkg, pool):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
@@ -331,7 +350,13 @@ def build_deb(pkg, pool):
         for rel, spec in pkg["files"].items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(spec["text"])
+            if "link" in spec:
+                path.symlink_to(spec["link"])
+                continue
+            if "build" in spec:
+                path.write_bytes(compiled(spec["build"]))
+            else:
+                path.write_text(spec["text"])
             path.chmod(spec.get("mode", 0o644))
         control = {"Package": pkg["name"], "Version": pkg["version"], "Architecture": ARCH,
                    "Maintainer": MAINTAINER, "Section": "multiverse/devel", "Priority": "optional"}
@@ -390,7 +415,8 @@ def build(out):
     # wheels downloaded beside the repository (OUT_DIR/wheels) are served as a pip index under pypi/<project>/
     wheels = sorted((out / "wheels").glob("*.whl"))
     spec = json.dumps([packages(), [w.name for w in wheels]], sort_keys=True)
-    digest = hashlib.sha256((spec + Path(__file__).read_text()).encode()).hexdigest()
+    sources = Path(__file__).read_text() + (HERE / "nvml_shim.c").read_text()
+    digest = hashlib.sha256((spec + sources).encode()).hexdigest()
     if stamp.is_file() and stamp.read_text() == digest and (repo / "key.asc").is_file():
         print("unchanged %s" % repo)
         return 0

@@ -184,6 +184,11 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     assert a1["topology"]["links"]["GPU0"]["GPU1"] == "NV18"
     b1 = json.loads((ROOT / "reports" / "gpu-b1.json").read_text())
     assert b1["topology"]["links"]["GPU3"]["GPU4"] == "NV12"
+    # gpu_health read the GPUs through NVML: the pinned nvidia-ml-py loading the driver packages'
+    # libnvidia-ml.so.1 (the lab's double answering from the simulator), on every GPU node.
+    for node in GPU_NODES:
+        details = json.loads((ROOT / "reports" / (node + ".json")).read_text())
+        assert details["gpu_source"] == "nvml", (node, details["gpu_source"])
     assert [p["netdev_mtu"] for p in a1["rdma_ports"]] == [9000, 9000]
     # The GPU tools come from the product roles' packages, not from the simulator: nvidia-smi from the driver
     # set (Debian 12 layout), dcgmi from DCGM 4, all_reduce_perf built from the nccl-tests source release, and
@@ -191,11 +196,13 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     for node in GPU_NODES:
         found = subprocess.run(["docker", "exec", "gpulab-" + node, "sh", "-c",
                                 "dpkg -S /usr/bin/nvidia-smi /usr/bin/dcgmi; readlink /opt/nccl-tests/bin; "
+                                "dpkg -S /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; "
                                 "readlink /usr/local/lib/nvidia-ml-py/current; "
                                 "ls /usr/local/bin/nvidia-smi /usr/local/bin/dcgmi 2>&1 | grep -c 'No such file'"],
                                capture_output=True, text=True, check=True).stdout.splitlines()
         assert found == ["nvidia-smi: /usr/bin/nvidia-smi", "datacenter-gpu-manager-4-core: /usr/bin/dcgmi",
-                         "/opt/nccl-tests/nccl-tests-2.17.6/build-cuda12.2-nccl2.19.3", "12.570.86", "2"], (node, found)
+                         "/opt/nccl-tests/nccl-tests-2.17.6/build-cuda12.2-nccl2.19.3",
+                         "libnvidia-ml1: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "12.570.86", "2"], (node, found)
     # rdma_roce applied lossless RoCE through DOCA's tools (the lab's mlnx-tools double) and its check agrees.
     for node in GPU_NODES:
         qos = subprocess.run(["docker", "exec", "gpulab-" + node, "/usr/local/sbin/rdma-roce-qos", "check"],

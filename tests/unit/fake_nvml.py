@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 """A fake pynvml module whose answers come from health records parsed from fixtures."""
 
+import ctypes
 import types
 
 from ansible.module_utils import gpu_nvml
@@ -88,11 +89,19 @@ def make_fake_pynvml(records):
         return bits
     m.nvmlDeviceGetCurrentClocksEventReasons = reasons
 
-    def fabric(h):
+    class FabricInfo(ctypes.Structure):
+        """c_nvmlGpuFabricInfoV_t (the fields gather_nvml reads), filled through the pointer it is given."""
+        _fields_ = [("status", ctypes.c_uint), ("state", ctypes.c_uint)]
+
+    def fabric(h, pointer):
+        info = pointer._obj  # a ctypes.byref(): the structure by value would be a caller's bug
         r = rec(h)
         if r['fabric_state'] is None:
-            return types.SimpleNamespace(state=0, status=0)
+            info.state, info.status = 0, 0
+            return 0
         states = dict((v, k) for k, v in gpu_nvml.FABRIC_STATES.items())
-        return types.SimpleNamespace(state=states[r['fabric_state']], status=0 if r['fabric_status'] == 'Success' else 1)
-    m.nvmlDeviceGetGpuFabricInfo = fabric
+        info.state, info.status = states[r['fabric_state']], 0 if r['fabric_status'] == 'Success' else 1
+        return 0
+    m.c_nvmlGpuFabricInfoV_t = FabricInfo
+    m.nvmlDeviceGetGpuFabricInfoV = fabric
     return m
