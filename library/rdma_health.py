@@ -214,7 +214,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.check_result import check, from_severity_map, verdict
 from ansible.module_utils.gpu_parsers import ParseError
-from ansible.module_utils.health_checks import evaluate_port, mismatch_msg, summarize
+from ansible.module_utils.health_checks import evaluate_port, evaluate_qos, mismatch_msg, summarize
 from ansible.module_utils.rdma_parsers import (parse_ibv_devinfo_mtu, parse_mlnx_qos, parse_sysfs_rate, parse_sysfs_state,
                                                roce_active_mtu)
 
@@ -269,51 +269,28 @@ def read_port(ib_root, net_root, dev, port, gid_index):
 
 
 def qos_checks(module, port, expected, path, commands):
-    """Lossless-RoCE state of the port's netdev from `mlnx_qos -i`: checks qos_trust and pfc into
-    port['checks'] and port['qos']; returns the mismatches. Fails closed on a missing tool, an error or output
-    the parser cannot account for."""
-    item = '%s/%s' % (port['device'], port['port'])
-    want_pfc = sorted(set(expected.get('pfc_priorities') or []))
-    names = [n for n, k in (('qos_trust', 'qos_trust'), ('pfc', 'pfc_priorities')) if k in expected]
-
-    def fail(reason, found):
-        for name in names:
-            port['checks'][name] = {'severity': 'fail', 'message': reason, 'value': found}
-        return [{'item': item, 'check': name, 'expected': expected.get(k), 'found': found}
-                for name, k in (('qos_trust', 'qos_trust'), ('pfc', 'pfc_priorities')) if name in names]
-
-    if not port.get('netdev'):
-        return fail('no netdev behind the port to read its QoS from', None)
+    """Reads the port netdev's lossless-RoCE state with `mlnx_qos -i` into port['qos'] and grades it
+    (health_checks.evaluate_qos) into port['checks']; returns the mismatches. Fails closed on a missing tool,
+    an error or output the parser cannot account for."""
+    qos, error = None, None
     binary = path or module.get_bin_path('mlnx_qos')
-    if not binary:
-        return fail('mlnx_qos is not installed (DOCA-OFED mlnx-tools): cannot read trust and PFC', None)
-    argv = [binary, '-i', port['netdev']]
-    commands.append(argv)
-    rc, out, err = module.run_command(argv)
-    if rc != 0:
-        return fail('mlnx_qos -i %s exited %d: %s' % (port['netdev'], rc, (err or out).strip()[-200:]), None)
-    try:
-        qos = parse_mlnx_qos(out)
-    except ParseError as e:
-        return fail(str(e), None)
-    port['qos'] = qos
-    mm = []
-    if 'qos_trust' in expected:
-        ok = qos['trust'] == expected['qos_trust']
-        port['checks']['qos_trust'] = {'severity': 'ok' if ok else 'fail', 'value': qos['trust'],
-                                       'message': 'mlnx_qos -i %s: trust %s%s' % (
-                                           port['netdev'], qos['trust'],
-                                           '' if ok else ', expected %s' % expected['qos_trust'])}
-        if not ok:
-            mm.append({'item': item, 'check': 'qos_trust', 'expected': expected['qos_trust'], 'found': qos['trust']})
-    if 'pfc_priorities' in expected:
-        found = [i for i, v in enumerate(qos['pfc']) if v]
-        ok = found == want_pfc
-        port['checks']['pfc'] = {'severity': 'ok' if ok else 'fail', 'value': found,
-                                 'message': 'mlnx_qos -i %s: PFC on priorities %s%s' % (
-                                     port['netdev'], found or 'none', '' if ok else ', expected %s' % want_pfc)}
-        if not ok:
-            mm.append({'item': item, 'check': 'pfc', 'expected': want_pfc, 'found': found})
+    if not port.get('netdev'):
+        error = 'no netdev behind the port to read its QoS from'
+    elif not binary:
+        error = 'mlnx_qos is not installed (DOCA-OFED mlnx-tools): cannot read trust and PFC'
+    else:
+        argv = [binary, '-i', port['netdev']]
+        commands.append(argv)
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            error = 'mlnx_qos -i %s exited %d: %s' % (port['netdev'], rc, (err or out).strip()[-200:])
+        else:
+            try:
+                qos = port['qos'] = parse_mlnx_qos(out)
+            except ParseError as e:
+                error = str(e)
+    checks, mm = evaluate_qos(port, expected, qos, error)
+    port['checks'].update(checks)
     return mm
 
 

@@ -568,19 +568,26 @@ def render_prometheus(gpus, node, summary, fail_on=('fail',)):
 # rdma_health
 # --------------------------------------------------------------------------
 
+def _port_checker(port, checks, mm):
+    """check(name, ok, expected, found, message[, failure]): records one port check in `checks` and, when it
+    fails, a mismatch in `mm` (failure: the message then, default "expected X, found Y")."""
+    item = '%s/%s' % (port['device'], port['port'])
+
+    def check(name, ok, exp, found, message, failure=None):
+        if ok:
+            checks[name] = _chk('ok', message, found)
+        else:
+            checks[name] = _chk('fail', failure or 'expected %s, found %s' % (exp, found), found)
+            mm.append({'item': item, 'check': name, 'expected': exp, 'found': found})
+    return check
+
+
 def evaluate_port(port, expected):
     """port: dict from the sysfs reader; returns checks {name: {severity, message, value}} and mismatches."""
     expected = expected or {}
     checks = {}
     mm = []
-    item = '%s/%s' % (port['device'], port['port'])
-
-    def check(name, ok, exp, found, message):
-        if ok:
-            checks[name] = _chk('ok', message, found)
-        else:
-            checks[name] = _chk('fail', 'expected %s, found %s' % (exp, found), found)
-            mm.append({'item': item, 'check': name, 'expected': exp, 'found': found})
+    check = _port_checker(port, checks, mm)
 
     if expected.get('state'):
         check('state', port.get('state_name') == str(expected['state']).upper(), str(expected['state']).upper(),
@@ -610,6 +617,33 @@ def evaluate_port(port, expected):
     if expected.get('gid_type'):
         check('gid_type', port.get('gid_type') == expected['gid_type'], expected['gid_type'],
               port.get('gid_type'), 'GID type %s' % port.get('gid_type'))
+    return checks, mm
+
+
+# expected key -> check name of the lossless-RoCE settings read with `mlnx_qos -i`
+QOS_CHECKS = (('qos_trust', 'qos_trust'), ('pfc_priorities', 'pfc'))
+
+
+def evaluate_qos(port, expected, qos=None, error=None):
+    """The port netdev's trust and PFC against expected qos_trust / pfc_priorities: checks and mismatches as
+    evaluate_port's. qos: parse_mlnx_qos's result; error: why it could not be read (every expected QoS check
+    then fails with it)."""
+    checks, mm = {}, []
+    check = _port_checker(port, checks, mm)
+    netdev = port.get('netdev')
+    for key, name in QOS_CHECKS:
+        if key not in expected:
+            continue
+        want = sorted(set(expected[key] or [])) if key == 'pfc_priorities' else expected[key]
+        if error is not None:
+            check(name, False, want, None, None, failure=error)
+        elif key == 'qos_trust':
+            message = 'mlnx_qos -i %s: trust %s' % (netdev, qos['trust'])
+            check(name, qos['trust'] == want, want, qos['trust'], message, failure='%s, expected %s' % (message, want))
+        else:
+            found = [i for i, v in enumerate(qos['pfc']) if v]
+            message = 'mlnx_qos -i %s: PFC on priorities %s' % (netdev, found or 'none')
+            check(name, found == want, want, found, message, failure='%s, expected %s' % (message, want))
     return checks, mm
 
 
