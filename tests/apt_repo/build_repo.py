@@ -206,18 +206,34 @@ def driver_packages():
     return pkgs
 
 
+HOSTENGINE_UNREACHABLE = ("Error: unable to establish a connection to the specified host: localhost\nError: Unable "
+                          "to connect to host engine. Host engine connection invalid/disconnected.")
+
+
+def dcgm_files(version):
+    """dcgmi answers only while the host engine does (§5 "What dcgmi diag needs"): it first connects to
+    localhost:5555 as the real client does, then replays the simulator's diagnostic. nv-hostengine listens on
+    that port and logs the real start line."""
+    upstream = version.split(":")[-1].split("-")[0]
+    probe = ('if ! /usr/bin/python3 -c \'import socket; socket.create_connection(("127.0.0.1", 5555), 2)\' '
+             '2>/dev/null; then\n  echo "%s" >&2\n  exit 255\nfi\n' % HOSTENGINE_UNREACHABLE)
+    dcgmi = tool("dcgmi", HOSTENGINE_UNREACHABLE, 255)
+    dcgmi["text"] = dcgmi["text"].replace("if [ -x", probe + "if [ -x", 1)
+    engine = ("exec /usr/bin/python3 -c '\nimport socket\ns = socket.socket()\n"
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind((\"127.0.0.1\", 5555))\n"
+              "s.listen(16)\nprint(\"Started host engine version %s using port number: 5555\", flush=True)\n"
+              "while True:\n    s.accept()[0].close()\n'\n" % upstream)
+    return {"usr/bin/dcgmi": dcgmi, "usr/bin/nv-hostengine": script(engine),
+            "lib/systemd/system/nvidia-dcgm.service": {"text": SERVICE.format(
+                desc="NVIDIA DCGM service", exe="/usr/bin/nv-hostengine -n --service-account nvidia-dcgm")}}
+
+
 def dcgm_packages(layout):
-    dcgmi = {"usr/bin/dcgmi": tool("dcgmi", "Error: unable to establish a connection to the specified host: "
-                                            "localhost\nError: Unable to connect to host engine. Host engine "
-                                            "connection invalid/disconnected.", 255),
-             "usr/bin/nv-hostengine": script("exec /bin/sleep infinity\n"),
-             "lib/systemd/system/nvidia-dcgm.service": {"text": SERVICE.format(
-                 desc="NVIDIA DCGM service", exe="/usr/bin/nv-hostengine -n --service-account nvidia-dcgm")}}
     pkgs = [{"layout": layout, "name": "datacenter-gpu-manager", "version": v,
-             "fields": {"Conflicts": "datacenter-gpu-manager-4-core"}, "files": dcgmi} for v in DCGM3_VERSIONS]
+             "fields": {"Conflicts": "datacenter-gpu-manager-4-core"}, "files": dcgm_files(v)} for v in DCGM3_VERSIONS]
     for v in DCGM4_VERSIONS:
         pkgs.append({"layout": layout, "name": "datacenter-gpu-manager-4-core", "version": v,
-                     "fields": {"Conflicts": "datacenter-gpu-manager"}, "files": dcgmi})
+                     "fields": {"Conflicts": "datacenter-gpu-manager"}, "files": dcgm_files(v)})
         for major in ("12", "13") if v >= "1:4.4" else ("12",):
             pkgs.append({"layout": layout, "name": "datacenter-gpu-manager-4-cuda%s" % major, "version": v,
                          "fields": {"Depends": "datacenter-gpu-manager-4-core (= %s)" % v,

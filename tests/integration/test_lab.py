@@ -535,7 +535,9 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
     """nccl_busbw_low halves gpu-a2's replayed all-reduce and dcgm_diag_fail fails Inforom on gpu-b1's GPU 4:
     each node is not ready in exactly its gate's column, with measured against required (aznhc marks in
     playbooks/vars/hardware_profiles.yml); gpu-b3 without DCGM (its repository lacks a package) is not ready in
-    the DCGM column. Then the opt-in multi-node run renders mpirun over rail0 per profile."""
+    the DCGM column, and gpu-a3 whose host engine stopped is not ready there with dcgmi's own reason until the
+    dcgm role brings nvidia-dcgm back and waits for it to answer. Then the opt-in multi-node run renders mpirun
+    over rail0 per profile."""
     def failing(row):
         return {c for c, v in row["columns"].items() if v["status"] in ("fail", "error")}
 
@@ -553,6 +555,7 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
         assert rc != 0 and recap(out)["gpu-b3"]["failed"] == 1, out[-3000:]
         failure = out[out.index("fatal: [gpu-b3]"):out.index("PLAY RECAP")]
         assert "datacenter-gpu-manager-4-core" in failure, failure
+        subprocess.run(["docker", "exec", "gpulab-gpu-a3", "systemctl", "stop", "nvidia-dcgm"], check=True)
         rc, out = playbook("playbooks/verify.yml", check=False)
         assert rc != 0, "verify.yml must fail when nodes are not ready"
         hosts = recap(out)
@@ -571,7 +574,10 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
         assert failing(b3) == {"dcgm"}, b3["reasons"]
         assert b3["columns"]["dcgm"]["reasons"] == [
             "dcgmi is not on PATH; install NVIDIA DCGM (datacenter-gpu-manager) or give path"], b3["columns"]["dcgm"]
-        assert all(rows[n]["ready"] for n in GPU_NODES if n not in ("gpu-a2", "gpu-b1", "gpu-b3")), \
+        a3 = rows["gpu-a3"]
+        assert failing(a3) == {"dcgm"}, a3["reasons"]
+        assert "Host engine connection invalid/disconnected" in " ".join(a3["columns"]["dcgm"]["reasons"]), a3
+        assert all(rows[n]["ready"] for n in GPU_NODES if n not in ("gpu-a2", "gpu-a3", "gpu-b1", "gpu-b3")), \
             {n: rows[n]["reasons"] for n in GPU_NODES}
         # the gates ran the tools the product roles installed: nccl-tests built from source, DCGM's dcgmi
         assert rows["gpu-a1"]["gates"]["nccl"]["cmd"][0] == "/opt/nccl-tests/bin/all_reduce_perf"
@@ -589,7 +595,8 @@ def test_acceptance_gates_name_low_bandwidth_and_a_failed_diag(lab):
     finally:
         set_faults("gpu-a2", {})
         set_faults("gpu-b1", {})
-        playbook("playbooks/node_baseline.yml", "-l", "gpu-b3", "--tags", "dcgm")
+        rc, out = playbook("playbooks/node_baseline.yml", "-l", "gpu-b3,gpu-a3", "--tags", "dcgm")
+    assert recap(out)["gpu-a3"]["changed"] >= 1, out[-2000:]  # nvidia-dcgm started again
     rc, out = playbook("playbooks/verify.yml", "-e", "node_verify_nccl_multi_node=true")
     rows = report()
     assert all(rows[n]["ready"] for n in GPU_NODES), {n: rows[n]["reasons"] for n in GPU_NODES}
