@@ -238,7 +238,59 @@ def inference_runtime_problems(values, engines, gpu_count=None, profile=None):
     return out
 
 
+# What each engine preset exports for the KPI rules: the metrics endpoint (path, port offset from the API
+# port) and the names of its generated-token counter and end-to-end latency histogram, in seconds. One source
+# for the inference_runtime role (which reads the endpoint after a start) and the prometheus role (scrape
+# targets and KPI recording rules).
+#   vLLM:   /metrics on the API port, vllm:generation_tokens_total, vllm:e2e_request_latency_seconds
+#           (vLLM's production metrics).
+#   SGLang: /metrics on the API port with --enable-metrics, sglang:generation_tokens_total,
+#           sglang:e2e_request_latency_seconds (docs.sglang.io, "Production Metrics").
+#   TensorRT-LLM: trtllm-serve's /prometheus/metrics, trtllm_generation_tokens_total,
+#           trtllm_e2e_request_latency_seconds (tensorrt_llm/metrics/collector.py; older releases export
+#           fewer metrics).
+#   Triton: /metrics on the metrics port (HTTP port + 2 in the preset). It has no generated-token counter
+#           (triton-inference-server/server#7145), so a Triton pool has no tokens/s or cost KPI; its latency is
+#           the nv_inference_request_summary_us summary (--metrics-config summary_latencies=true), in microseconds.
+#   lab:    the lab engine answers under vLLM's names, as a real vLLM server does.
+_VLLM_METRICS = {"path": "/metrics", "port_offset": 0, "tokens": "vllm:generation_tokens_total",
+                 "latency_histogram": "vllm:e2e_request_latency_seconds", "latency_summary_us": None}
+ENGINE_METRICS = {
+    "vllm": _VLLM_METRICS,
+    "lab": _VLLM_METRICS,
+    "sglang": {"path": "/metrics", "port_offset": 0, "tokens": "sglang:generation_tokens_total",
+               "latency_histogram": "sglang:e2e_request_latency_seconds", "latency_summary_us": None},
+    "tensorrt_llm": {"path": "/prometheus/metrics", "port_offset": 0, "tokens": "trtllm_generation_tokens_total",
+                     "latency_histogram": "trtllm_e2e_request_latency_seconds", "latency_summary_us": None},
+    "triton": {"path": "/metrics", "port_offset": 2, "tokens": None, "latency_histogram": None,
+               "latency_summary_us": "nv_inference_request_summary_us"},
+}
+
+
+def inference_engine_metrics(engine):
+    """ENGINE_METRICS[engine]; an engine without an entry is an error naming it."""
+    try:
+        return dict(ENGINE_METRICS[engine])
+    except (KeyError, TypeError):
+        raise AnsibleFilterError("inference_engine_metrics: unknown engine %r (known: %s)"
+                                 % (engine, ", ".join(sorted(ENGINE_METRICS))))
+
+
+def inference_metric_names(engines=None):
+    """The distinct token counters, latency histograms and latency summaries of `engines` (default: all), for
+    rules rendered once per name: {'tokens': [...], 'latency_histogram': [...], 'latency_summary_us': [...]}."""
+    wanted = sorted(ENGINE_METRICS) if engines is None else sorted(set(engines))
+    out = {"tokens": [], "latency_histogram": [], "latency_summary_us": []}
+    for engine in wanted:
+        for key in out:
+            name = inference_engine_metrics(engine)[key]
+            if name and name not in out[key]:
+                out[key].append(name)
+    return out
+
+
 class FilterModule(object):
     def filters(self):
         return {"triton_model_config": triton_model_config, "inference_model_checksums": inference_model_checksums,
-                "inference_runtime_problems": inference_runtime_problems}
+                "inference_runtime_problems": inference_runtime_problems,
+                "inference_engine_metrics": inference_engine_metrics, "inference_metric_names": inference_metric_names}

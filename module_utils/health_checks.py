@@ -556,6 +556,8 @@ def render_prometheus(gpus, node, summary, fail_on=('fail',)):
             for sev in SEVERITIES:
                 lines.append('gpu_health_check_status{gpu="%s",check="%s",severity="%s"} %d'
                              % (who, name, sev, 1 if checks[name]['severity'] == sev else 0))
+    lines += ['# HELP gpu_health_gpus GPUs the pass read.', '# TYPE gpu_health_gpus gauge',
+              'gpu_health_gpus %d' % len(gpus)]
     lines += ['# HELP gpu_health_ok 1 when no check is at a fail_on severity.', '# TYPE gpu_health_ok gauge',
               'gpu_health_ok %d' % (0 if summary['fail_on_hits'] else 1)]
     for sev in SEVERITIES:

@@ -17,6 +17,10 @@ import signal
 import sys
 import threading
 import time
+
+# vLLM's end-to-end request latency buckets (seconds), which TensorRT-LLM's collector also uses.
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -26,6 +30,8 @@ class Engine:
         self.lock = threading.Lock()
         self.counts = {}
         self.tokens = 0
+        self.e2e = [0] * len(E2E_BUCKETS)  # per bucket, not cumulative
+        self.e2e_count, self.e2e_sum = 0, 0.0
         self.started = time.time()
         self.log = open(args.request_log, "a", buffering=1) if args.request_log else None
         model = args.model
@@ -48,6 +54,16 @@ class Engine:
                                            "method": method, "path": path, "status": status,
                                            "client": client}) + "\n")
 
+    def observe(self, seconds):
+        """One completed completion request's end-to-end latency, into the histogram."""
+        with self.lock:
+            self.e2e_count += 1
+            self.e2e_sum += seconds
+            for i, bound in enumerate(E2E_BUCKETS):
+                if seconds <= bound:
+                    self.e2e[i] += 1
+                    break
+
     def metrics(self):
         lines = ["# HELP lab_engine_requests_total Requests served, by path and status.",
                  "# TYPE lab_engine_requests_total counter"]
@@ -56,9 +72,20 @@ class Engine:
                 lines.append('lab_engine_requests_total{version="%s",path="%s",status="%s"} %d'
                              % (self.args.version, path, status, count))
             tokens = self.tokens
+            buckets, count, total = list(self.e2e), self.e2e_count, self.e2e_sum
+        model = self.args.served_model_name
         lines += ["# HELP vllm:generation_tokens_total Generated tokens.",
                   "# TYPE vllm:generation_tokens_total counter",
-                  'vllm:generation_tokens_total{model_name="%s"} %d' % (self.args.served_model_name, tokens),
+                  'vllm:generation_tokens_total{model_name="%s"} %d' % (model, tokens),
+                  "# HELP vllm:e2e_request_latency_seconds Histogram of end to end request latency in seconds.",
+                  "# TYPE vllm:e2e_request_latency_seconds histogram"]
+        cumulative = 0
+        for bound, n in zip(E2E_BUCKETS, buckets):
+            cumulative += n
+            lines.append('vllm:e2e_request_latency_seconds_bucket{le="%s",model_name="%s"} %d' % (bound, model, cumulative))
+        lines += ['vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="%s"} %d' % (model, count),
+                  'vllm:e2e_request_latency_seconds_count{model_name="%s"} %d' % (model, count),
+                  'vllm:e2e_request_latency_seconds_sum{model_name="%s"} %.6f' % (model, total),
                   "# HELP lab_engine_info Engine build and batching settings.",
                   "# TYPE lab_engine_info gauge",
                   'lab_engine_info{version="%s",tensor_parallel_size="%d",max_batch_size="%d",'
@@ -106,6 +133,7 @@ def make_handler(engine):
                 self._send(404, {"error": "not found"})
 
         def do_POST(self):  # noqa: N802
+            started = time.monotonic()
             path = self.path.split("?")[0]
             length = int(self.headers.get("Content-Length") or 0)
             try:
@@ -141,12 +169,14 @@ def make_handler(engine):
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
                 engine.record("POST", path, 200, self._client())
+                engine.observe(time.monotonic() - started)
                 return
             self._send(200, {"id": ident, "object": "text_completion", "created": int(time.time()),
                              "model": engine.args.served_model_name, "system_fingerprint": engine.args.version,
                              "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "length"}],
                              "usage": {"prompt_tokens": len(str(request.get("prompt", "")).split()),
                                        "completion_tokens": count}})
+            engine.observe(time.monotonic() - started)
 
     return Handler
 

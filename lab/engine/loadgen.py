@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Bounded load generator for the lab: worker threads POST /v1/completions through the load balancer until
 --max-requests (at most 2000) are sent, --max-seconds pass, or --stop-file appears; then writes a JSON summary
-(ok, failed, status codes, first errors). Python standard library only; lab and test use only."""
+(ok, failed, status codes, first errors, and its own count of what the KPIs measure: completion tokens received
+and the P99 of the successful requests' latencies, nearest rank). Python standard library only; lab and test use only."""
 
 import argparse
 import json
@@ -32,7 +33,8 @@ def main(argv=None):
     context = ssl.create_default_context(cafile=args.cacert or None)
     body = json.dumps({"model": args.model, "prompt": "warm", "max_tokens": 4}).encode()
     lock = threading.Lock()
-    state = {"sent": 0, "ok": 0, "failed": 0, "codes": {}, "errors": []}
+    state = {"sent": 0, "ok": 0, "failed": 0, "codes": {}, "errors": [], "tokens": 0}
+    latencies = []
     deadline = time.monotonic() + args.max_seconds
 
     def take():
@@ -47,10 +49,12 @@ def main(argv=None):
     def worker():
         while take():
             request = urllib.request.Request(args.url, data=body, headers={"Content-Type": "application/json"})
+            started, tokens = time.monotonic(), 0
             try:
                 with urllib.request.urlopen(request, timeout=30, context=context) as response:
                     payload = json.loads(response.read())
                     code, good = response.status, bool(payload.get("choices"))
+                    tokens = int((payload.get("usage") or {}).get("completion_tokens") or 0)
             except urllib.error.HTTPError as exc:
                 code, good = exc.code, False
             except Exception as exc:  # connection refused/reset, TLS, timeout: all count as failures
@@ -58,6 +62,9 @@ def main(argv=None):
             with lock:
                 state["codes"][str(code)] = state["codes"].get(str(code), 0) + 1
                 state["ok" if good else "failed"] += 1
+                if good:
+                    state["tokens"] += tokens
+                    latencies.append(time.monotonic() - started)
                 if not good and len(state["errors"]) < 10:
                     state["errors"].append("%.3f %s" % (time.time(), code))
             time.sleep(args.interval)
@@ -69,6 +76,8 @@ def main(argv=None):
     for thread in threads:
         thread.join()
     state["seconds"] = round(time.monotonic() - started, 1)
+    latencies.sort()
+    state["latency_p99_seconds"] = latencies[max(0, -(-99 * len(latencies) // 100) - 1)] if latencies else None
     with open(args.out, "w") as handle:
         json.dump(state, handle)
     print(json.dumps(state))

@@ -393,8 +393,9 @@ def test_every_injected_fault_is_found_on_the_right_node_and_gpu(lab):
     assert all(r["ready"] for r in report().values())
 
 
-def prometheus(query):
-    url = "%s/api/v1/query?%s" % (PROMETHEUS, urllib.parse.urlencode({"query": query}))
+def prometheus(query, at=None):
+    params = {"query": query} if at is None else {"query": query, "time": "%.3f" % at}
+    url = "%s/api/v1/query?%s" % (PROMETHEUS, urllib.parse.urlencode(params))
     with urllib.request.urlopen(url, timeout=10) as resp:
         body = json.load(resp)
     assert body["status"] == "success", body
@@ -435,6 +436,64 @@ def test_prometheus_scrapes_every_node_and_shows_an_injected_fault(lab):
         run(str(BIN / "ansible"), "gpu-b1", *VAULT, "-m", "ansible.builtin.systemd_service",
             "-a", "name=gpu-health-textfile.service state=started")
     assert wait_for(failing, lambda r: r == []) == []
+
+
+# vLLM's e2e latency histogram boundaries (lab/engine/lab_engine.py E2E_BUCKETS)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+LAB_GPUS = {"gpu-a1": 8, "gpu-a2": 8, "gpu-a3": 8, "gpu-b1": 8, "gpu-b2": 8, "gpu-b3": 4}  # the profiles' gpu_count
+
+
+def test_engine_metrics_give_the_kpis_of_real_load_through_the_lb(lab):
+    """Prometheus scrapes every lab engine (vLLM's series names, labelled engine and model). After a bounded load
+    through nginx, against the load generator's own count: the scraped token counters grew by exactly the tokens
+    it received; tokens/s x 300 s is within 15 % of the tokens of the 5-minute window (rate()'s extrapolation
+    across 5 s scrapes and 15 s rule evaluations); tokens/s per GPU and $/M tokens are those rates over the
+    profiles' GPU counts and the GPU-hour price; the P99 latency lies in the load generator's own P99 bucket of
+    vLLM's histogram or the one below (the engine does not see nginx's and TLS's share of the time)."""
+    up = prometheus('up{job="inference"}')
+    assert sorted(r["metric"]["node"] for r in up) == GPU_NODES, up
+    assert {(r["metric"]["engine"], r["metric"]["model"], r["value"][1]) for r in up} == {("lab", "lab-tiny", "1")}, up
+    total = 'sum(vllm:generation_tokens_total{job="inference"})'
+    start = time.time()
+    before = float(prometheus(total)[0]["value"][1])
+    window_before = before - float(prometheus(total, at=start - 300)[0]["value"][1])
+    assert window_before >= 0, "an engine restarted within the last 5 minutes: its counter reset"
+    out = subprocess.run(["docker", "exec", "gpulab-lb-1", "python3", "/opt/loadgen.py", "--url",
+                          "https://%s/v1/completions" % LB, "--cacert", "/etc/nginx/tls/lab-ca.crt", "--model",
+                          "lab-tiny", "--max-requests", "300", "--max-seconds", "60", "--threads", "3",
+                          "--interval", "0.05", "--out", "/tmp/kpi-load.json"],
+                         capture_output=True, text=True, check=True).stdout
+    load = json.loads(out.strip().splitlines()[-1])
+    assert (load["ok"], load["failed"], load["tokens"]) == (300, 0, 1200), load
+    after = wait_for(total, lambda r: bool(r) and float(r[0]["value"][1]) >= before + load["tokens"], timeout=60)
+    assert float(after[0]["value"][1]) - before == load["tokens"], (before, after, load)
+    window = window_before + load["tokens"]
+    rate = wait_for("cluster:inference_tokens_per_second:rate5m",
+                    lambda r: bool(r) and float(r[0]["value"][1]) * 300 >= 0.85 * window, timeout=60)
+    assert rate, "cluster:inference_tokens_per_second:rate5m has no value"
+    tokens_per_s = float(rate[0]["value"][1])
+    assert 0.85 * window <= tokens_per_s * 300 <= 1.15 * window, (tokens_per_s * 300, window, load)
+    # GPUs per node from the gpu_health textfile (the lab runs no dcgm-exporter): the profiles' counts
+    gpus = {r["metric"]["node"]: float(r["value"][1]) for r in prometheus("node:gpus:count")}
+    assert gpus == LAB_GPUS, gpus
+    # per GPU: every node's share, times its GPUs, adds up to the cluster's tokens/s (one rule evaluation)
+    per_gpu = prometheus("sum(node:inference_tokens_per_second_per_gpu:rate5m * on (node) node:gpus:count)"
+                         " / on () cluster:inference_tokens_per_second:rate5m")
+    assert per_gpu and float(per_gpu[0]["value"][1]) == pytest.approx(1.0, rel=1e-9), per_gpu
+    assert len(prometheus("node:inference_tokens_per_second_per_gpu:rate5m > 0")) >= 2  # least_conn spread
+    price = yaml.safe_load((ROOT / "roles" / "prometheus" / "defaults" / "main.yml").read_text())[
+        "prometheus_kpi_gpu_hour_usd"]
+    # $/M tokens x tokens/s = GPUs x price per GPU-second x 1e6
+    cost = prometheus("cluster:inference_cost_usd_per_million_tokens:rate5m"
+                      " * on () cluster:inference_tokens_per_second:rate5m")
+    assert cost and float(cost[0]["value"][1]) == pytest.approx(sum(LAB_GPUS.values()) * price / 3600 * 1e6,
+                                                                rel=1e-9), cost
+    p99 = float(prometheus("cluster:inference_request_latency_seconds:p99_5m")[0]["value"][1])
+
+    def bucket(seconds):
+        return next((i for i, bound in enumerate(E2E_BUCKETS) if seconds <= bound), len(E2E_BUCKETS))
+    assert bucket(p99) <= bucket(load["latency_p99_seconds"]) <= bucket(p99) + 1, (p99, load)
 
 
 def rail_netdev(host, subnet):

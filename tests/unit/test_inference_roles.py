@@ -25,6 +25,11 @@ RUNTIME = ROLES / "inference_runtime"
 MODEL = {"config.json": "a" * 64, "model-00001.safetensors": "b" * 64}
 
 
+def yaml_load(path):
+    import yaml
+    return yaml.safe_load(Path(path).read_text())
+
+
 def _vars(**overrides):
     loader = DataLoader()
     variables = {}
@@ -125,6 +130,47 @@ def test_triton_serves_the_model_repository_with_metrics():
     assert flag(argv, "--model-repository") == "/models"
     assert flag(argv, "--metrics-port") == "8002" and flag(argv, "--allow-metrics") == "true"
     assert flag(argv, "--load-model") == "llama-70b"
+    # the latency summary the KPI rules read for a Triton pool
+    assert flag(argv, "--metrics-config") == "summary_latencies=true"
+
+
+def test_every_engine_names_its_metrics_and_an_unknown_one_is_refused():
+    sys.path.insert(0, str(REPO / "filter_plugins"))
+    import inference
+    engines = yaml_load(RUNTIME / "vars" / "main.yml")["_inference_runtime_engines"]
+    for engine in engines:
+        m = inference.inference_engine_metrics(engine)
+        assert m["path"].startswith("/") and (m["latency_histogram"] or m["latency_summary_us"]), engine
+    assert inference.inference_engine_metrics("tensorrt_llm")["path"] == "/prometheus/metrics"
+    assert inference.inference_engine_metrics("triton")["port_offset"] == 2
+    names = inference.inference_metric_names(None)
+    assert names["tokens"] == ["vllm:generation_tokens_total", "sglang:generation_tokens_total",
+                               "trtllm_generation_tokens_total"]
+    with pytest.raises(Exception, match="unknown engine 'vllm2'"):
+        inference.inference_engine_metrics("vllm2")
+
+
+def test_lab_engine_exports_the_vllm_series_the_kpis_read(tmp_path):
+    """Tokens counted and every completion in the e2e histogram, cumulative buckets, under vLLM's names."""
+    sys.path.insert(0, str(REPO / "lab" / "engine"))
+    sys.path.insert(0, str(REPO / "filter_plugins"))
+    import inference
+    import lab_engine
+    model = tmp_path / "m"
+    model.mkdir()
+    engine = lab_engine.Engine(lab_engine.parse_args(["--model", str(model), "--served-model-name", "m",
+                                                      "--version", "1.0.0"]))
+    for seconds in (0.1, 0.4, 0.4, 9000.0):
+        engine.observe(seconds)
+    engine.tokens = 24
+    text = engine.metrics()
+    names = inference.inference_engine_metrics("lab")
+    assert '%s{model_name="m"} 24' % names["tokens"] in text
+    h = names["latency_histogram"]
+    assert '%s_bucket{le="0.3",model_name="m"} 1' % h in text
+    assert '%s_bucket{le="0.5",model_name="m"} 3' % h in text
+    assert '%s_bucket{le="7680.0",model_name="m"} 3' % h in text
+    assert '%s_bucket{le="+Inf",model_name="m"} 4' % h in text and '%s_count{model_name="m"} 4' % h in text
 
 
 def test_image_tag_is_the_version_and_extra_args_and_env_are_passed():

@@ -169,6 +169,7 @@ def test_gpu_health_ok_h200(tmp_path):
     assert res['changed'] is False and res['source'] == 'nvidia-smi'
     prom = (tmp_path / 'gpu_health.prom').read_text()
     assert 'gpu_health_ok 1' in prom
+    assert '\ngpu_health_gpus 1\n' in prom  # the GPU count the KPI rules fall back on without dcgm-exporter
     assert [p for p in os.listdir(tmp_path) if p != 'gpu_health.prom'] == []  # temp file renamed away
 
 
