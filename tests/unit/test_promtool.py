@@ -27,8 +27,8 @@ TESTS_DIR = REPO / "tests" / "promtool"
 CACHE = REPO / ".cache" / "promtool"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 PACKAGES = ("prometheus", "prometheus-alertmanager")
-RENDER_VARS = ('{"prometheus_kpi_gpu_hour_usd": 3.6, "hardware_profiles_extra": '
-               '{"lab-test-80c": {"temperature_c": {"alert": 80, "slowdown": 83}}}}')
+RENDER_VARS = ('{"prometheus_kpi_gpu_hour_usd": 3.6, "alertmanager_eda_url": "http://127.0.0.1:5000/alerts", '
+               '"hardware_profiles_extra": {"lab-test-80c": {"temperature_c": {"alert": 80, "slowdown": 83}}}}')
 RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
 ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
           "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
@@ -146,10 +146,15 @@ def test_amtool_check_config(tools, rendered):
     assert rc == 0 and "SUCCESS" in out, out
 
 
-def test_amtool_routes_critical_apart(tools, rendered):
+@pytest.mark.parametrize("labels,receivers", [
+    (["severity=warning", "alertname=NodePacketLoss"], "default"),
+    (["severity=critical", "alertname=NodeDown"], "critical"),
+    (["severity=page", "alertname=CoolantLeak", "node=gpu-a1"], "page"),
+    # what the rulebook acts on reaches it and still pages people by its severity
+    (["severity=critical", "alertname=GPUHealthCheckFailed", "node=gpu-a1"], "eda,critical"),
+    (["severity=critical", "alertname=GPUXidErrors", "node=gpu-b1"], "eda,critical"),
+], ids=["warning", "critical", "page", "eda-health", "eda-xid"])
+def test_amtool_walks_the_routing_tree(tools, rendered, labels, receivers):
     config = "--config.file=%s" % (rendered / "alertmanager.yml")
-    rc, out = _run([tools["amtool"], "config", "routes", "test", config, "severity=critical", "alertname=NodeDown"])
-    assert rc == 0 and out.strip().splitlines()[-1] == "critical", out
-    rc, out = _run([tools["amtool"], "config", "routes", "test", config, "severity=warning",
-                    "alertname=NodePacketLoss"])
-    assert rc == 0 and out.strip().splitlines()[-1] == "default", out
+    rc, out = _run([tools["amtool"], "config", "routes", "test", config] + labels)
+    assert rc == 0 and out.strip().splitlines()[-1] == receivers, out
