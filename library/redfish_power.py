@@ -219,9 +219,8 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 from ansible.module_utils.redfish_power import (
-    RedfishError, chassis_members, control_limit, control_patch, cooling_checks, cooling_summary,
-    find_power_limit_control,
-    odata_id, parse_dcmi_limit, power_control_limit, power_control_patch)
+    RedfishError, chassis_members, control_limit, control_patch, cooling_checks, find_power_limit_control,
+    odata_id, parse_dcmi_limit, power_control_limit, power_control_patch, read_cooling)
 
 
 class BmcFailure(Exception):
@@ -345,17 +344,7 @@ def _redfish(module):
                                      % (client.base, want, resource, after))
             result['limit_watts'] = want
         if p['read_cooling']:
-            subsystem = leak = None
-            detectors = []
-            thermal = client.get(odata_id(chassis, 'Thermal')) if odata_id(chassis, 'Thermal') else None
-            if odata_id(chassis, 'ThermalSubsystem'):
-                subsystem = client.get(odata_id(chassis, 'ThermalSubsystem'))
-                leak_path = odata_id(subsystem, 'LeakDetection')
-                if leak_path:
-                    leak = client.get(leak_path)
-                    if odata_id(leak, 'LeakDetectors'):
-                        detectors = [client.get(m) for m in chassis_members(client.get(odata_id(leak, 'LeakDetectors')))]
-            result['cooling'] = cooling_summary(thermal, subsystem, leak, detectors)
+            result['cooling'] = read_cooling(client.get, chassis)
     except RedfishError as err:
         raise BmcFailure('BMC %s: %s' % (client.base, err))
     finally:

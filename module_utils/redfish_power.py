@@ -110,7 +110,8 @@ def _celsius(where, value):
 def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, leak_detectors=None):
     """Coolant inlet temperature and leak state from whatever the BMC offers.
 
-    Returns {coolant_inlet_c: float|None, leak_detection: bool (a leak-detection resource exists),
+    Returns {coolant_inlet_c: float|None, coolant_outlet_c: float|None (ThermalSubsystem's Coolant only),
+    leak_detection: bool (a leak-detection resource exists),
     leak_detected: bool, leaks: [names], sources: [resource names read], problems: [reasons]}.
 
     Fails closed: a reading that is null, a string or out of range, a sensor or detector that is not
@@ -118,8 +119,8 @@ def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, l
     field and the value (never a healthy reading), and a detector in Warning or Critical is a leak whatever
     a group or summary Status says.
     """
-    out = {'coolant_inlet_c': None, 'leak_detection': False, 'leak_detected': False, 'leaks': [], 'sources': [],
-           'problems': []}
+    out = {'coolant_inlet_c': None, 'coolant_outlet_c': None, 'leak_detection': False, 'leak_detected': False,
+           'leaks': [], 'sources': [], 'problems': []}
     problems = out['problems']
 
     def leak(name):
@@ -158,12 +159,14 @@ def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, l
         out['sources'].append('ThermalSubsystem')
         coolant = thermal_subsystem.get('Coolant')
         if coolant is not None:
-            inlet = _dict(coolant).get('InletTemperatureCelsius')
-            if inlet is not None:
-                out['coolant_inlet_c'], problem = _celsius(
-                    'ThermalSubsystem Coolant.InletTemperatureCelsius.Reading', _dict(inlet).get('Reading'))
-                if problem:
-                    problems.append(problem)
+            for key, field in (('coolant_inlet_c', 'InletTemperatureCelsius'),
+                               ('coolant_outlet_c', 'OutletTemperatureCelsius')):
+                sensor = _dict(coolant).get(field)
+                if sensor is not None:
+                    out[key], problem = _celsius('ThermalSubsystem Coolant.%s.Reading' % field,
+                                                 _dict(sensor).get('Reading'))
+                    if problem:
+                        problems.append(problem)
         inline = thermal_subsystem.get('LeakDetection')
         if isinstance(inline, dict) and ('Status' in inline or 'LeakDetectorGroups' in inline):
             out['leak_detection'] = True
@@ -204,6 +207,86 @@ def cooling_summary(thermal=None, thermal_subsystem=None, leak_detection=None, l
             elif out['coolant_inlet_c'] is None:
                 out['coolant_inlet_c'] = reading
     out['leak_detected'] = bool(out['leaks'])
+    return out
+
+
+def read_cooling(get, chassis):
+    """cooling_summary of a chassis, reading what it links (Thermal, ThermalSubsystem, its LeakDetection and
+    LeakDetectors) through get(path) -> body."""
+    subsystem = leak = None
+    detectors = []
+    thermal = get(odata_id(chassis, 'Thermal')) if odata_id(chassis, 'Thermal') else None
+    if odata_id(chassis, 'ThermalSubsystem'):
+        subsystem = get(odata_id(chassis, 'ThermalSubsystem'))
+        leak_path = odata_id(subsystem, 'LeakDetection')
+        if leak_path:
+            leak = get(leak_path)
+            if odata_id(leak, 'LeakDetectors'):
+                detectors = [get(m) for m in chassis_members(get(odata_id(leak, 'LeakDetectors')))]
+    return cooling_summary(thermal, subsystem, leak, detectors)
+
+
+def _watts(where, value, problems):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        problems.append('%s is %r, not a power in watts' % (where, value))
+        return None
+    return float(value)
+
+
+def power_summary(power=None, environment=None):
+    """Node power draw and PSU redundancy from the chassis' Power resource or, without one, its
+    EnvironmentMetrics (../shared/fixtures/redfish-notes.md: iDRAC/iLO/XCC/Supermicro report
+    Power.PowerControl[0].PowerConsumedWatts, OpenBMC and GB200/GB300 trays EnvironmentMetrics.PowerWatts).
+
+    Returns {consumed_watts: float|None, psu_redundancy_ok: bool|None (None: the BMC reports no redundancy),
+    psus: [{name, health}], problems: [reasons]}. Fails closed: a reading that is absent, null or not a number
+    and a PSU or redundancy set that is not Enabled/OK is a problem naming the field, never a healthy value."""
+    out = {'consumed_watts': None, 'psu_redundancy_ok': None, 'psus': [], 'problems': []}
+    problems = out['problems']
+    if power is not None and not isinstance(power, dict):
+        problems.append('Power is %r, not an object' % (power,))
+        power = None
+    if power:
+        controls = _list(power.get('PowerControl'))
+        if controls:
+            out['consumed_watts'] = _watts('Power PowerControl[0].PowerConsumedWatts',
+                                           _dict(controls[0]).get('PowerConsumedWatts'), problems)
+        elif environment is None:
+            problems.append('Power has no PowerControl to read the draw from')
+        redundant = True
+        seen = False
+        for n, red in enumerate(_list(power.get('Redundancy'))):
+            seen = True
+            where = 'Power Redundancy[%d]' % n
+            status = _dict(_dict(red).get('Status'))
+            problem = _status_problem(where, _dict(red).get('Status'), required=True)
+            if problem:
+                problems.append(problem)
+            if status.get('Health') != 'OK':
+                redundant = False
+        for n, psu in enumerate(_list(power.get('PowerSupplies'))):
+            psu = _dict(psu)
+            where = 'Power PowerSupplies[%d]' % n
+            status = _dict(psu.get('Status'))
+            name = psu.get('Name') or psu.get('MemberId') or 'PSU %d' % n
+            out['psus'].append({'name': name, 'health': status.get('Health'), 'state': status.get('State')})
+            if status.get('State') == 'Absent':
+                continue
+            problem = _status_problem(where, psu.get('Status'), required=True)
+            if problem:
+                problems.append(problem)
+            if status.get('Health') != 'OK':
+                redundant = False
+        if seen:
+            out['psu_redundancy_ok'] = redundant
+    if out['consumed_watts'] is None and environment is not None:
+        if not isinstance(environment, dict):
+            problems.append('EnvironmentMetrics is %r, not an object' % (environment,))
+        else:
+            out['consumed_watts'] = _watts('EnvironmentMetrics PowerWatts.Reading',
+                                           _dict(environment.get('PowerWatts')).get('Reading'), problems)
+    if power is None and environment is None:
+        problems.append('the chassis links neither Power nor EnvironmentMetrics: no power reading')
     return out
 
 

@@ -20,8 +20,8 @@ auth or Redfish sessions (X-Auth-Token):
 
 Both power resources read and write the same node cap, kept in a JSON state file so it survives a
 restart like a real BMC's. The state file also holds the sensor readings a test may change before a
-restart: coolant_inlet_c, cooling ("liquid" or "air") and leak_detected (false, or true = the cold-plate
-detector reads Critical). Never installed outside the lab (playbooks/lab/bmc.yml).
+restart: coolant_inlet_c, coolant_outlet_c, cooling ("liquid" or "air"), leak_detected (false, or true = the
+cold-plate detector reads Critical) and psu_failed (true = the second supply reads Critical, redundancy lost). Never installed outside the lab (playbooks/lab/bmc.yml).
 """
 
 import argparse
@@ -41,7 +41,9 @@ DEFAULT_STATE = {
     "capacity_watts": 10200,
     "consumed_watts": 3100,
     "coolant_inlet_c": 32.0,
+    "coolant_outlet_c": 41.0,
     "leak_detected": False,
+    "psu_failed": False,       # true: the second power supply reports Critical, redundancy lost
     "cooling": "liquid",       # "liquid" serves LeakDetection and coolant readings; "air" does not
 }
 
@@ -156,6 +158,22 @@ def power(state):
                 "CorrectionInMs": 1000,
             },
         }],
+        # Two supplies in an N+1 set, as DMTF's rackmount mockup (Power.v1_7) shapes them.
+        "PowerSupplies": [{
+            "@odata.id": base + "/Power#/PowerSupplies/%d" % n,
+            "MemberId": str(n),
+            "Name": "Power Supply %d" % (n + 1),
+            "Status": {"State": "Enabled",
+                       "Health": "Critical" if n == 1 and state.get("psu_failed") else "OK"},
+        } for n in range(2)],
+        "Redundancy": [{
+            "@odata.id": base + "/Power#/Redundancy/0",
+            "MemberId": "0",
+            "Name": "PowerSupply Redundancy Group 1",
+            "Mode": "N+m",
+            "MinNumNeeded": 1,
+            "Status": {"State": "Enabled", "Health": "Critical" if state.get("psu_failed") else "OK"},
+        }],
     }
 
 
@@ -228,6 +246,7 @@ def thermal_subsystem(state):
         body["Coolant"] = {
             "CoolantType": "Water",
             "InletTemperatureCelsius": {"Reading": state.get("coolant_inlet_c")},
+            "OutletTemperatureCelsius": {"Reading": state.get("coolant_outlet_c")},
         }
         leak = bool(state.get("leak_detected"))
         # DSP0268 links LeakDetection; the inline Status and groups are kept for older clients.

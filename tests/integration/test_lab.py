@@ -496,6 +496,48 @@ def test_engine_metrics_give_the_kpis_of_real_load_through_the_lb(lab):
     assert bucket(p99) <= bucket(load["latency_p99_seconds"]) <= bucket(p99) + 1, (p99, load)
 
 
+def set_lab_bmc(host, **readings):
+    """Change what a lab BMC reports (its state file) and restart it, as a test of the real thing would."""
+    script = ("import json, os, sys; p = '/var/lib/labbmc/state.json'; "
+              "s = json.load(open(p)) if os.path.exists(p) else {}; s.update(json.loads(sys.argv[1])); "
+              "json.dump(s, open(p, 'w'))")
+    subprocess.run(["docker", "exec", "gpulab-" + host, "python3", "-c", script, json.dumps(readings)], check=True)
+    subprocess.run(["docker", "exec", "gpulab-" + host, "systemctl", "restart", "lab-bmc.service"], check=True)
+
+
+def test_a_leak_and_a_hot_coolant_inlet_alert_for_exactly_their_nodes(lab):
+    """The BMC exporter on mon-1 reads every lab BMC; gpu-b2's BMC reports a leak and gpu-a1's a 52 C coolant
+    inlet: CoolantLeak fires for gpu-b2 only and reaches Alertmanager's page receiver, CoolantInletHigh for
+    gpu-a1 only; both clear when the BMCs read normal again."""
+    up = wait_for('bmc_up == 1', lambda r: len(r) == len(GPU_NODES))
+    assert sorted(r["metric"]["node"] for r in up) == GPU_NODES, up
+    assert wait_for('ALERTS{alertname=~"CoolantLeak|CoolantInletHigh"}', lambda r: r == []) == []
+    set_lab_bmc("gpu-b2", leak_detected=True)
+    set_lab_bmc("gpu-a1", coolant_inlet_c=52.0)
+    try:
+        firing = 'ALERTS{alertname="%s",alertstate="firing"}'
+        leak = wait_for(firing % "CoolantLeak", lambda r: len(r) > 0, timeout=90)
+        assert [(r["metric"]["node"], r["metric"]["severity"]) for r in leak] == [("gpu-b2", "page")], leak
+        hot = wait_for(firing % "CoolantInletHigh", lambda r: len(r) > 0, timeout=120)
+        assert [r["metric"]["node"] for r in hot] == ["gpu-a1"], hot
+        assert prometheus('bmc_leak_detector_leaking{node="gpu-b2"}'), "the leaking detector is named"
+        url = "http://198.18.0.41:9093/api/v2/alerts?" + urllib.parse.urlencode({"filter": 'alertname="CoolantLeak"'})
+        deadline = time.monotonic() + 60
+        while True:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                alerts = json.load(resp)
+            if alerts or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert [(a["labels"]["node"], [r["name"] for r in a["receivers"]]) for a in alerts] == \
+            [("gpu-b2", ["page"])], alerts
+    finally:
+        set_lab_bmc("gpu-b2", leak_detected=False)
+        set_lab_bmc("gpu-a1", coolant_inlet_c=32.0)
+    assert wait_for('ALERTS{alertname=~"CoolantLeak|CoolantInletHigh",alertstate="firing"}',
+                    lambda r: r == [], timeout=90) == []
+
+
 def rail_netdev(host, subnet):
     """The netdev holding the node's address in a rail subnet (docker names rails eth1/eth2 in any order)."""
     out = subprocess.run(["docker", "exec", "gpulab-" + host, "ip", "-o", "-4", "addr", "show", "to", subnet],

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(ROOT, "lab", "bmc"))
 
 import redfish_bmc  # noqa: E402  (path set above)
-from ansible.module_utils.redfish_power import cooling_summary  # noqa: E402
+from ansible.module_utils.redfish_power import cooling_summary, power_summary  # noqa: E402
 
 STATE = redfish_bmc.BmcState(None, "1")
 DOCS = {
@@ -69,7 +69,7 @@ BASE = summarize(DOCS)
 
 def test_the_untouched_documents_read_healthy():
     assert BASE["problems"] == [] and not BASE["leak_detected"] and BASE["leak_detection"]
-    assert BASE["coolant_inlet_c"] == 32.0
+    assert BASE["coolant_inlet_c"] == 32.0 and BASE["coolant_outlet_c"] == 41.0
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
@@ -79,6 +79,8 @@ def test_a_damaged_document_never_reads_healthy_and_different(path, value):
     if out["problems"] or out["leak_detected"]:
         return
     assert out["coolant_inlet_c"] == BASE["coolant_inlet_c"], (path, value, out)
+    # an outlet reading may vanish with its Coolant object (then no metric), never read another value
+    assert out["coolant_outlet_c"] in (BASE["coolant_outlet_c"], None), (path, value, out)
     assert out["leak_detection"] == BASE["leak_detection"], (path, value, out)
 
 
@@ -96,3 +98,37 @@ def test_each_problem_names_resource_field_and_value():
     assert summarize(docs)["problems"] == [
         "ThermalSubsystem Coolant.InletTemperatureCelsius.Reading is '32 C', not a number",
         "LeakDetector ColdPlate: Status.State is 'Absent', not Enabled"]
+
+
+# ---- node power draw and PSU redundancy (power_summary), same method
+POWER = redfish_bmc.power(STATE)
+POWER_PATHS = sorted((p for p in leaves({"power": POWER}) if len(p) > 1), key=repr)
+POWER_BASE = power_summary(POWER)
+
+
+def test_the_untouched_power_document_reads_healthy():
+    assert POWER_BASE == {"consumed_watts": 3100.0, "psu_redundancy_ok": True, "problems": [],
+                          "psus": [{"name": "Power Supply 1", "health": "OK", "state": "Enabled"},
+                                   {"name": "Power Supply 2", "health": "OK", "state": "Enabled"}]}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(path=st.sampled_from(POWER_PATHS), value=st.sampled_from(BAD_VALUES + (DROP,)))
+def test_a_damaged_power_document_never_reads_healthy_and_different(path, value):
+    out = power_summary(mutate({"power": POWER}, path, value)["power"])
+    if out["problems"] or out["psu_redundancy_ok"] is False:
+        return
+    assert out["consumed_watts"] == POWER_BASE["consumed_watts"], (path, value, out)
+    assert out["psu_redundancy_ok"] in (True, None), (path, value, out)
+
+
+def test_a_failed_supply_loses_redundancy_and_environment_metrics_give_the_draw():
+    failed = redfish_bmc.BmcState(None, "1")
+    failed.data["psu_failed"] = True
+    out = power_summary(redfish_bmc.power(failed))
+    assert out["psu_redundancy_ok"] is False and out["consumed_watts"] == 3100.0
+    # OpenBMC / GB200 trays: no Power resource, the draw in EnvironmentMetrics (redfish-notes.md)
+    assert power_summary(None, {"PowerWatts": {"Reading": 2875.5}})["consumed_watts"] == 2875.5
+    assert power_summary(None, {"PowerWatts": {"Reading": None}})["problems"] == [
+        "EnvironmentMetrics PowerWatts.Reading is None, not a power in watts"]
+    assert power_summary()["problems"] == ["the chassis links neither Power nor EnvironmentMetrics: no power reading"]

@@ -14,7 +14,7 @@ import role_docs
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
-MONITORING_ROLES = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager")
+MONITORING_ROLES = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager", "bmc_exporter")
 
 
 @pytest.mark.parametrize("role", MONITORING_ROLES)
@@ -42,6 +42,9 @@ BAD_INPUT = [
     ("alertmanager", {"alertmanager_critical_receiver": "pager"},
      "alertmanager_critical_receiver=pager is not in alertmanager_receivers"),
     ("alertmanager", {"alertmanager_group_wait": "30 seconds"}, "alertmanager_group_wait is not a duration"),
+    ("bmc_exporter", {"bmc_exporter_timeout": 30}, "bmc_exporter_timeout=30 must be at least 1 and below"),
+    ("bmc_exporter", {"bmc_exporter_hosts": ["localhost"], "bmc_power_address": "198.18.0.21", "bmc_password": ""},
+     "bmc_exporter_username/bmc_exporter_password are empty but 1 nodes set bmc_power_address"),
     ("alertmanager", {"alertmanager_page_receiver": "oncall"},
      "alertmanager_page_receiver=oncall is not in alertmanager_receivers"),
     ("alertmanager", {"alertmanager_eda_url": "controller:5000/alerts"},

@@ -32,7 +32,8 @@ RENDER_VARS = ('{"prometheus_kpi_gpu_hour_usd": 3.6, "alertmanager_eda_url": "ht
 RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
 ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
           "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
-          "ExporterDown"}
+          "ExporterDown", "CoolantLeak", "CoolantInletHigh", "CoolantInletLow", "NodePowerOverCap",
+          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm"}
 
 
 def _run(argv, **kw):

@@ -96,7 +96,8 @@ def test_zero_removes_the_cap(lab):
 def test_read_only_reports_cooling(lab):
     result, failed = lab.run()
     assert not failed and not result["changed"]
-    assert result["cooling"] == {"coolant_inlet_c": 32.0, "leak_detection": True, "leak_detected": False,
+    assert result["cooling"] == {"coolant_inlet_c": 32.0, "coolant_outlet_c": 41.0, "leak_detection": True,
+                                 "leak_detected": False,
                                  "leaks": [], "sources": ["ThermalSubsystem", "LeakDetection", "Thermal"], "problems": []}
     assert result["verdict"] == "ok"
     assert [(c["name"], c["subject"], c["status"], c["measured"]) for c in result["checks"]] == [
@@ -214,7 +215,8 @@ def test_parse_dcmi_limit():
 def test_cooling_summary_reads_old_thermal_only():
     thermal = {"Temperatures": [{"PhysicalContext": "Intake", "ReadingCelsius": 20},
                                 {"PhysicalContext": "LiquidInlet", "ReadingCelsius": 30.5}]}
-    assert cooling_summary(thermal=thermal) == {"coolant_inlet_c": 30.5, "leak_detection": False,
+    assert cooling_summary(thermal=thermal) == {"coolant_inlet_c": 30.5, "coolant_outlet_c": None,
+                                                "leak_detection": False,
                                                 "leak_detected": False, "leaks": [], "sources": ["Thermal"], "problems": []}
 
 
