@@ -367,17 +367,22 @@ def _q_set(block, path, value):
     return False
 
 
-def _q_get(block, path):
-    """Value of the line at heading path 'A/B/key' of a -q block, or None."""
-    parts = path.split("/")
-    stack = []
+def _q_items(block):
+    """[(path, value)] of the value lines of a -q block (path as a list of headings and the key)."""
+    out, stack = [], []
     for line in block[1:]:
         level = (len(line) - len(line.lstrip())) // 4 - 1
         name, sep, value = line.partition(":")
         stack = stack[:max(level, 0)] + [name.strip()]
-        if sep and stack == parts:
-            return value.strip()
-    return None
+        if sep:
+            out.append((list(stack), value.strip()))
+    return out
+
+
+def _q_get(block, path):
+    """Value of the line at heading path 'A/B/key' of a -q block, or None."""
+    parts = path.split("/")
+    return next((value for p, value in _q_items(block) if p == parts), None)
 
 
 def _shift_tlimit(current, tlimit, new_temp):
@@ -1005,18 +1010,6 @@ def _nvml_thresholds(block):
         if value is None and None not in (cur, tlimit, off):
             value = cur + tlimit - off
         out.append("NA" if value is None else str(value))
-    return out
-
-
-def _q_items(block):
-    """[(path, value)] of the value lines of a -q block (path as a list of headings and the key)."""
-    out, stack = [], []
-    for line in block[1:]:
-        level = (len(line) - len(line.lstrip())) // 4 - 1
-        name, sep, value = line.partition(":")
-        stack = stack[:max(level, 0)] + [name.strip()]
-        if sep:
-            out.append((list(stack), value.strip()))
     return out
 
 
