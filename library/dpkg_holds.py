@@ -89,20 +89,19 @@ def main():
     names = sorted(set(module.params['names']))
     want = module.params['selection']
     dpkg = module.get_bin_path('dpkg', required=True)
-    current = {}
+    selections = {}
     if names:
         # dpkg prints the known ones on stdout and "no packages found matching X" for the others (rc 0 or 1)
         rc, out, err = module.run_command([dpkg, '--get-selections'] + names)
-        current = parse_selections(out)
+        selections = parse_selections(out)
         if rc not in (0, 1):
             module.fail_json(msg='dpkg --get-selections failed (rc=%d): %s' % (rc, (err or out).strip()))
-    current = dict((n, current.get(n.split(':')[0])) for n in names if n.split(':')[0] in current)
-    unknown = [n for n in names if n not in current]
+    unknown = [n for n in names if n.split(':')[0] not in selections]
     if unknown:
         module.fail_json(msg='dpkg does not know %s: install before setting %s' % (', '.join(unknown), want),
                          unknown=unknown)
-    changed = [n for n in names if current.get(n) != want]
-    before = dict((n, current.get(n, 'unknown')) for n in names)
+    before = dict((n, selections[n.split(':')[0]]) for n in names)
+    changed = [n for n in names if before[n] != want]
     result = dict(changed=bool(changed), changed_packages=changed, before=before)
     if module._diff and changed:
         result['diff'] = dict(before=''.join('%s\t%s\n' % (n, before[n]) for n in changed),
