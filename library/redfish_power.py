@@ -219,8 +219,8 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 from ansible.module_utils.redfish_power import (
-    RedfishError, chassis_members, control_limit, control_patch, cooling_checks, find_power_limit_control,
-    odata_id, parse_dcmi_limit, power_control_limit, power_control_patch, read_cooling)
+    RedfishError, chassis_members, chassis_path, control_limit, control_patch, cooling_checks,
+    find_power_limit_control, odata_id, parse_dcmi_limit, power_control_limit, power_control_patch, read_cooling)
 
 
 class BmcFailure(Exception):
@@ -307,15 +307,9 @@ def _redfish(module):
     result = {'changed': False, 'interface': None}
     client.login()
     try:
-        if p['chassis_id']:
-            chassis_path = '/redfish/v1/Chassis/%s' % p['chassis_id']
-        else:
-            members = chassis_members(client.get('/redfish/v1/Chassis'))
-            if not members:
-                raise BmcFailure('BMC %s: /redfish/v1/Chassis has no members' % client.base)
-            chassis_path = members[0]
-        chassis = client.get(chassis_path)
-        result['chassis'] = chassis_path
+        path = chassis_path(client.get, p['chassis_id'])
+        chassis = client.get(path)
+        result['chassis'] = path
         controls_path, power_path = odata_id(chassis, 'Controls'), odata_id(chassis, 'Power')
         control = None
         if p['interface'] in ('auto', 'controls') and controls_path:
@@ -329,7 +323,7 @@ def _redfish(module):
             read, patch = power_control_limit, power_control_patch
         else:
             raise BmcFailure('BMC %s: chassis %s offers no %s power limit' % (
-                client.base, chassis_path, 'Controls' if p['interface'] == 'controls' else 'Controls or Power'))
+                client.base, path, 'Controls' if p['interface'] == 'controls' else 'Controls or Power'))
         resource = result['resource'].split('#', 1)[0]
         before = read(client.get(resource))
         result['before_watts'] = result['limit_watts'] = before

@@ -29,6 +29,16 @@ def chassis_members(collection):
     return [m.get('@odata.id') for m in (collection or {}).get('Members', []) if m.get('@odata.id')]
 
 
+def chassis_path(get, chassis_id=None):
+    """The chassis to read: /redfish/v1/Chassis/<chassis_id>, or the first member of the collection."""
+    if chassis_id:
+        return '/redfish/v1/Chassis/%s' % chassis_id
+    members = chassis_members(get('/redfish/v1/Chassis'))
+    if not members:
+        raise RedfishError('/redfish/v1/Chassis has no members')
+    return members[0]
+
+
 def power_control_limit(power):
     """PowerControl[0].PowerLimit.LimitInWatts of a Power resource: int watts, 0 when no cap (null)."""
     try:

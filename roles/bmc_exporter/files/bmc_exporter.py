@@ -73,13 +73,7 @@ class Poller(object):
         out = {"up": 0, "problems": []}
         try:
             get = self._get(node)
-            if node.get("chassis_id"):
-                chassis_path = "/redfish/v1/Chassis/%s" % node["chassis_id"]
-            else:
-                members = rf.chassis_members(get("/redfish/v1/Chassis"))
-                if not members:
-                    raise rf.RedfishError("/redfish/v1/Chassis has no members")
-                chassis_path = members[0]
+            chassis_path = rf.chassis_path(get, node.get("chassis_id"))
             chassis = get(chassis_path)
             power = get(rf.odata_id(chassis, "Power")) if rf.odata_id(chassis, "Power") else None
             environment = None
