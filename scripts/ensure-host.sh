@@ -20,8 +20,8 @@ command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 # Tools the suite uses beside Ansible: ssh client for the lab, git for ansible-lint, curl and flock for the
 # package cache and the image build, ping for the fabric_probe unit test, gcc for the lab's NVML double
-# (tests/apt_repo/nvml_shim.c).
-for tool in ssh:openssh-client git:git curl:curl flock:util-linux ping:iputils-ping gcc:gcc; do
+# (tests/apt_repo/nvml_shim.c), Java 17 for ansible-rulebook's rules engine (scripts/eda.sh).
+for tool in ssh:openssh-client git:git curl:curl flock:util-linux ping:iputils-ping gcc:gcc java:openjdk-17-jre-headless; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_pkgs+=("${tool#*:}")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

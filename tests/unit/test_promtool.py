@@ -33,7 +33,7 @@ RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
 ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
           "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
           "ExporterDown", "CoolantLeak", "CoolantInletHigh", "CoolantInletLow", "NodePowerOverCap",
-          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm"}
+          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm", "NodeRemediationFailed"}
 
 
 def _run(argv, **kw):
@@ -150,11 +150,15 @@ def test_amtool_check_config(tools, rendered):
 @pytest.mark.parametrize("labels,receivers", [
     (["severity=warning", "alertname=NodePacketLoss"], "default"),
     (["severity=critical", "alertname=NodeDown"], "critical"),
-    (["severity=page", "alertname=CoolantLeak", "node=gpu-a1"], "page"),
+    # a leak pages at once and the rulebook quarantines the node
+    (["severity=page", "alertname=CoolantLeak", "node=gpu-a1"], "eda,page"),
+    (["severity=page", "alertname=SomethingElse", "node=gpu-a1"], "page"),
+    # a failed remediation goes to people, never back to the rulebook
+    (["severity=critical", "alertname=NodeRemediationFailed", "node=gpu-a1"], "critical"),
     # what the rulebook acts on reaches it and still pages people by its severity
     (["severity=critical", "alertname=GPUHealthCheckFailed", "node=gpu-a1"], "eda,critical"),
     (["severity=critical", "alertname=GPUXidErrors", "node=gpu-b1"], "eda,critical"),
-], ids=["warning", "critical", "page", "eda-health", "eda-xid"])
+], ids=["warning", "critical", "page-leak", "page", "remediation-failed", "eda-health", "eda-xid"])
 def test_amtool_walks_the_routing_tree(tools, rendered, labels, receivers):
     config = "--config.file=%s" % (rendered / "alertmanager.yml")
     rc, out = _run([tools["amtool"], "config", "routes", "test", config] + labels)
