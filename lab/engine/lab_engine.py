@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ class Engine:
     def __init__(self, args):
         self.args = args
         self.lock = threading.Lock()
+        self.connections, self.stopping = set(), False  # open client connections, and whether a stop began
         self.counts = {}
         self.tokens = 0
         self.e2e = [0] * len(E2E_BUCKETS)  # per bucket, not cumulative
@@ -102,6 +104,29 @@ def make_handler(engine):
 
         def log_message(self, fmt, *args):  # the request log replaces the stderr access log
             pass
+
+        # A stop (SIGTERM) lets in-flight requests finish and closes idle keep-alive connections (Prometheus',
+        # nginx's), as uvicorn does for vLLM: otherwise server_close() waits for clients that never hang up.
+        def setup(self):
+            super().setup()
+            self.busy = False
+            with engine.lock:
+                engine.connections.add(self)
+
+        def finish(self):
+            with engine.lock:
+                engine.connections.discard(self)
+            super().finish()
+
+        def parse_request(self):
+            self.busy = True
+            return super().parse_request()
+
+        def handle_one_request(self):
+            super().handle_one_request()
+            self.busy = False
+            if engine.stopping:
+                self.close_connection = True
 
         def _client(self):  # the direct peer: the load balancer for proxied traffic
             return self.client_address[0]
@@ -206,7 +231,17 @@ def main(argv=None):
     server.daemon_threads = False  # server_close() waits for in-flight requests
 
     def stop(_signum, _frame):
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        def close():
+            with engine.lock:
+                engine.stopping = True
+                idle = [h for h in engine.connections if not h.busy]
+            for handler in idle:
+                try:
+                    handler.connection.shutdown(socket.SHUT_RD)  # its read of the next request ends at once
+                except OSError:
+                    pass
+            server.shutdown()
+        threading.Thread(target=close, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -173,6 +173,35 @@ def test_lab_engine_exports_the_vllm_series_the_kpis_read(tmp_path):
     assert '%s_bucket{le="+Inf",model_name="m"} 4' % h in text and '%s_count{model_name="m"} 4' % h in text
 
 
+def test_lab_engine_stops_at_once_with_an_idle_keepalive_connection_open(tmp_path):
+    """SIGTERM with a scraper's keep-alive connection open and idle: the engine exits within seconds (it waited
+    for systemd's 60 s stop timeout and a SIGKILL before), after answering what was in flight."""
+    import http.client
+    import signal
+    import socket
+    import time
+    model = tmp_path / "m"
+    model.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(REPO / "lab" / "engine" / "lab_engine.py"), "--model", str(model),
+                             "--served-model-name", "m", "--version", "1.0.0", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "serving m on 127.0.0.1" in proc.stdout.readline()
+        idle = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        idle.request("GET", "/metrics")
+        assert idle.getresponse().read() and idle.sock is not None  # kept alive (HTTP/1.1), now idle
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - start < 5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_image_tag_is_the_version_and_extra_args_and_env_are_passed():
     argv = exec_start(render_unit(inference_runtime_version="v0.6.5", inference_runtime_extra_args=["--seed", "7"],
                                   inference_runtime_env={"HF_HUB_OFFLINE": "1"}))
