@@ -42,6 +42,7 @@ lab-up: cache
 	$(PLAYBOOK) playbooks/lab/apt_repo.yml
 	$(PLAYBOOK) playbooks/lab/bmc.yml
 	$(PLAYBOOK) playbooks/lab/models.yml
+	@scripts/eda.sh start
 
 lab: lab-up
 	$(PLAYBOOK) playbooks/site.yml

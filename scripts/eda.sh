@@ -11,7 +11,7 @@ root=$(pwd)
 venv=${VENV:-.venv}
 dir=.lab/eda
 pidfile=$dir/rulebook.pid
-export PATH="$root/$venv/bin:$PATH" ANSIBLE_CONFIG="$root/ansible.cfg" ANSIBLE_FORCE_COLOR=0
+export PATH="$root/$venv/bin:$PATH" ANSIBLE_CONFIG="$root/ansible.cfg" ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 

@@ -84,6 +84,7 @@ def lab():
     playbook("playbooks/lab/apt_repo.yml")
     playbook("playbooks/lab/bmc.yml")
     playbook("playbooks/lab/models.yml")
+    run("scripts/eda.sh", "start")  # the rulebook service, as make lab starts it
     yield
     if os.environ.get("KEEP_LAB") != "1":
         run("scripts/lab-down.sh", check=False)
@@ -753,41 +754,107 @@ def test_verify_as_two_job_slices_matches_one_run(lab, tmp_path):
         set_faults("gpu-b1", {})
 
 
-def test_remediate_quarantines_collects_and_returns_only_healthy_nodes(lab, tmp_path):
+def remediation_log():
+    path = ROOT / "reports" / "remediation.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def alerts_firing(name):
+    """The nodes an alert fires for."""
+    return sorted({r["metric"]["node"] for r in prometheus('ALERTS{alertname="%s",alertstate="firing"}' % name)})
+
+
+def poll(what, want, timeout):
+    """Call what() every 2 s until want(result) or the timeout; return the last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = what()
+        if want(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(2)
+
+
+def test_a_gpu_fault_is_remediated_by_the_rulebook_with_no_person_in_the_loop(lab, tmp_path):
+    """An Xid on gpu-b2, and nobody acts: gpu-b2's health textfile shows it, GPUXidErrors and GPUHealthCheckFailed
+    fire, Alertmanager's eda receiver posts them to the lab's ansible-rulebook (scripts/eda.sh, started with the
+    lab), which runs remediate.yml for gpu-b2 once (the alerts arrive several times within the cooldown):
+    quarantined on the LB, its bundle on the controller, still failing after the restarts, so it stays out and
+    NodeRemediationFailed says so. The fault is cleared: the alerts resolve, the rulebook runs it again, gpu-b2
+    checks healthy and serves again. Meanwhile the load generator through nginx sees no failed request, and no
+    other node is quarantined, bundled or logged. Then remediate.yml by hand leaves the healthy cluster unchanged."""
+    assert run("scripts/eda.sh", "status", check=False)[0] == 0, "the rulebook service is not running"
     diagnostics = ROOT / "reports" / "diagnostics"
-    before = set(diagnostics.glob("*.tar.gz")) if diagnostics.exists() else set()
-    set_faults("gpu-b2", {"xid": [{"gpu": 4, "code": 79}]})
+    bundles_before = set(diagnostics.glob("*.tar.gz")) if diagnostics.exists() else set()
+    runs_before = len(remediation_log())
+    assert alerts_firing("NodeRemediationFailed") == []
+    stop = "/tmp/eda-load.stop"
+    subprocess.run(["docker", "exec", "gpulab-lb-1", "rm", "-f", stop], check=True)
+    load = subprocess.Popen(["docker", "exec", "gpulab-lb-1", "python3", "/opt/loadgen.py", "--url",
+                             "https://%s/v1/completions" % LB, "--cacert", "/etc/nginx/tls/lab-ca.crt", "--model",
+                             "lab-tiny", "--max-requests", "2000", "--max-seconds", "420", "--threads", "2",
+                             "--interval", "0.25", "--stop-file", stop, "--out", "/tmp/eda-load.json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    others = [n for n in GPU_NODES if n != "gpu-b2"]
+    seen = []  # every LB state observed while waiting
+
+    def backends():
+        seen.append(lb_backends())
+        return seen[-1]
     try:
-        rc, out = playbook("playbooks/remediate.yml", check=False)
-        assert rc != 0, out[-3000:]
-        hosts = recap(out)
-        assert hosts["gpu-b2"]["failed"] == 1, hosts
-        assert all(hosts[n]["changed"] == 0 and hosts[n]["failed"] == 0 for n in GPU_NODES if n != "gpu-b2"), hosts
-        summary = out.split("FAILED HOSTS")[1]
-        assert re.search(r"^gpu-b2: failed in play 'Summarize the remediation', task '[^']+': gpu-b2: STILL FAILING, "
-                         r"quarantined: xid: GPU4 xid", summary, re.M), summary
-        assert lb_backends() == {n: "down" if n == "gpu-b2" else "serving" for n in GPU_NODES}
-        bundles = set(diagnostics.glob("gpu-b2-*.tar.gz")) - before
-        assert len(bundles) == 1, bundles
-        with tarfile.open(bundles.pop()) as tar:
-            manifest = json.load(tar.extractfile("manifest.json"))
-            smi = tar.extractfile("nvidia-smi-q.txt").read().decode()
-            verify = json.load(tar.extractfile("node_verify.json"))
-            dmesg = tar.extractfile("dmesg.txt").read().decode()
-        assert manifest["node"] == "gpu-b2"
-        files = {f["file"]: f for f in manifest["files"]}
-        assert files["nvidia-smi-q.txt"]["rc"] == 0 and "Attached GPUs                             : 8" in smi
-        assert files["nvidia-bug-report.log.gz"]["error"] == "nvidia-bug-report.sh not found"
-        assert "NVRM: Xid" in dmesg and ": 79," in dmesg
-        assert any("GPU4 xid" in r for r in verify["row"]["reasons"]), verify["row"]
-        # The next site run keeps the quarantined node out although its engine answers.
-        playbook("playbooks/inference.yml", "-l", "lb")
-        assert lb_backends()["gpu-b2"] == "down"
+        set_faults("gpu-b2", {"xid": [{"gpu": 4, "code": 79}]})
+        try:
+            # the health timer's next tick, now
+            run(str(BIN / "ansible"), "gpu-b2", *VAULT, "-m", "ansible.builtin.systemd_service",
+                "-a", "name=gpu-health-textfile.service state=started")
+            assert poll(lambda: alerts_firing("GPUXidErrors"), lambda r: r != [], 90) == ["gpu-b2"]
+            assert poll(backends, lambda r: r.get("gpu-b2") == "down", 120)["gpu-b2"] == "down", seen[-1]
+            failed = poll(lambda: alerts_firing("NodeRemediationFailed"), lambda r: r != [], 180)
+            assert failed == ["gpu-b2"], failed
+            runs = remediation_log()[runs_before:]
+            assert [(r["node"], r["alert"]["status"], r["final"]["ready"]) for r in runs] == \
+                [("gpu-b2", "firing", False)], runs
+            assert runs[0]["alert"]["name"] in ("GPUXidErrors", "GPUHealthCheckFailed")
+            assert any("GPU4 xid" in reason for reason in runs[0]["final"]["reasons"]), runs[0]
+            bundles = set(diagnostics.glob("*.tar.gz")) - bundles_before
+            assert [b.name.rsplit("-", 1)[0] for b in bundles] == ["gpu-b2"], bundles
+            assert Path(runs[0]["bundle"]).resolve() == next(iter(bundles)).resolve(), runs[0]
+            with tarfile.open(bundles.pop()) as tar:
+                manifest = json.load(tar.extractfile("manifest.json"))
+                smi = tar.extractfile("nvidia-smi-q.txt").read().decode()
+                verify = json.load(tar.extractfile("node_verify.json"))
+                dmesg = tar.extractfile("dmesg.txt").read().decode()
+                trigger = json.load(tar.extractfile("remediate_alert.json"))
+            assert manifest["node"] == "gpu-b2" and trigger == runs[0]["alert"]
+            files = {f["file"]: f for f in manifest["files"]}
+            assert files["nvidia-smi-q.txt"]["rc"] == 0 and "Attached GPUs                             : 8" in smi
+            assert files["nvidia-bug-report.log.gz"]["error"] == "nvidia-bug-report.sh not found"
+            assert "NVRM: Xid" in dmesg and ": 79," in dmesg
+            assert any("GPU4 xid" in r for r in verify["row"]["reasons"]), verify["row"]
+            # The next site run keeps the quarantined node out although its engine answers.
+            playbook("playbooks/inference.yml", "-l", "lb")
+            assert backends()["gpu-b2"] == "down"
+        finally:
+            set_faults("gpu-b2", {})
+        run(str(BIN / "ansible"), "gpu-b2", *VAULT, "-m", "ansible.builtin.systemd_service",
+            "-a", "name=gpu-health-textfile.service state=started")
+        assert poll(backends, lambda r: r.get("gpu-b2") == "serving", 180)["gpu-b2"] == "serving", seen[-1]
+        assert poll(lambda: alerts_firing("NodeRemediationFailed"), lambda r: r == [], 90) == []
     finally:
-        set_faults("gpu-b2", {})
+        subprocess.run(["docker", "exec", "gpulab-lb-1", "touch", stop], check=True)
+        out = load.communicate(timeout=120)[0]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["failed"] == 0 and summary["ok"] > 100, summary
+    assert all(state[n] == "serving" for state in seen for n in others), seen
+    runs = remediation_log()[runs_before:]
+    assert [(r["node"], r["alert"]["status"], r["first"]["ready"], r["final"]["ready"], r["quarantined_before"])
+            for r in runs] == [("gpu-b2", "firing", False, False, False), ("gpu-b2", "resolved", True, True, True)], runs
+    assert [b.name.rsplit("-", 1)[0] for b in set(diagnostics.glob("*.tar.gz")) - bundles_before] == ["gpu-b2"]
+    # By hand, on the healthy cluster: every node checked, nothing changed, nothing logged.
     rc, out = playbook("playbooks/remediate.yml")
-    assert "gpu-b2: healthy, quarantine lifted, serving again" in out
-    assert lb_backends() == {n: "serving" for n in GPU_NODES}
+    hosts = recap(out)
+    assert all(hosts[n]["changed"] == 0 and hosts[n]["failed"] == 0 for n in GPU_NODES), hosts
+    assert all("%s: healthy" % n in out for n in GPU_NODES), out[-3000:]
+    assert len(remediation_log()) == runs_before + 2
     status, answer, tls = complete(lb_ca(tmp_path))
     assert status == 200, answer
 

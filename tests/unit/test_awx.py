@@ -164,6 +164,8 @@ def test_job_templates_common_settings(rendered):
     assert jts['verify']['job_slice_count'] == 3
     assert jts['verify']['ask_job_slice_count_on_launch'] is True
     assert all(jt['job_slice_count'] == 1 for name, jt in jts.items() if name != 'verify')
+    # the EDA controller's rulebook passes the alert as remediate_alert, to remediate only
+    assert {name for name, jt in jts.items() if jt.get('ask_variables_on_launch')} == {'remediate'}
 
 
 def _played_vars(playbook):

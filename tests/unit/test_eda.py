@@ -33,6 +33,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import role_docs
 from conftest import ROOT
 
 SOURCE = Path(ROOT) / "extensions" / "eda" / "plugins" / "event_source" / "alertmanager.py"
@@ -224,6 +225,11 @@ def test_the_committed_controller_rulebook_is_the_rendered_default(tmp_path):
     assert all(r["throttle"] == {"once_within": "120 seconds", "group_by_attributes": ["event.alert.labels.node"]}
                for r in rules)
     assert "ansible.eda.alertmanager" in book[0]["sources"][0]
+
+
+def test_the_role_documents_what_it_reads():
+    role_docs.assert_defaults_specified("eda_rulebook")
+    role_docs.assert_readme_lists("eda_rulebook", role_docs.spec("eda_rulebook"))
 
 
 def test_bad_rulebook_settings_are_named(tmp_path):
