@@ -5,7 +5,7 @@
   gen_infiniband.py --root DIR --rate "400 Gb/sec (4X NDR)" eth1=198.18.1.10 eth2=198.18.2.10
 
 Device mlx5_<i> is the i-th rail netdev. Per device, ports/1/ holds state, phys_state, rate,
-link_layer, gids/0..3, gid_attrs/types/0..3, gid_attrs/ndevs/0..3 (GID layout of
+link_layer, hw_counters/<counter> (a recorded show_counters output, HW_COUNTERS), gids/0..3, gid_attrs/types/0..3, gid_attrs/ndevs/0..3 (GID layout of
 tests/fixtures/show_gids_roce_1port_v1v2_ipv4_husky.txt: link-local v1, v2, IPv4-mapped v1, v2),
 and device/net/<netdev>/ marks the netdev; tc/1/traffic_class starts empty. Beside it, <root>/../net/<netdev>/
 holds device/infiniband/<dev>/ and ecn/roce_{np,rp}/enable/0..7 (created "0" once, then left to rdma_roce). The link-local GID is the EUI-64 of the netdev's real
@@ -22,6 +22,30 @@ import sys
 ACTIVE = ("4: ACTIVE", "5: LinkUp")
 DOWN = ("1: DOWN", "3: Disabled")
 TYPES = ["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]
+# Each device's ports/1/hw_counters/ replays a recorded `show_counters` (one file per counter, as the mlx5 driver
+# exposes them): device i takes recording i modulo their number (tests/fixtures/SOURCES.md).
+HW_COUNTERS = ["show_counters_hw_counters_mlx5_bond_0_ecn_cnp_nonzero_obsidiannotes.txt",
+               "show_counters_hw_counters_mlx5_1_icrc_oos_magnate3.txt"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fixtures_dir():
+    """The recordings: fixtures/ of the simulator's bundle on a node, tests/fixtures in the repository."""
+    bundled = os.path.join(HERE, "fixtures")
+    return bundled if os.path.isdir(bundled) else os.path.join(HERE, "..", "..", "tests", "fixtures")
+
+
+def recorded_hw_counters(name):
+    """{counter: value} of a `show_counters` recording ("Port 1 hw counters:" then "name: value" lines)."""
+    counters = {}
+    with open(os.path.join(fixtures_dir(), name), encoding="utf-8") as handle:
+        for line in handle:
+            key, sep, value = line.strip().partition(": ")
+            if sep and value.isdigit():
+                counters[key] = value
+    if not counters:
+        raise SystemExit("gen_infiniband: no counters in %s" % name)
+    return counters
 
 
 def link_local_gid(mac):
@@ -79,6 +103,8 @@ def build(root, rails, rate, net_root, faults):
         changed = write(os.path.join(port, "phys_state"), phys + "\n", changed)
         changed = write(os.path.join(port, "rate"), rate + "\n", changed)
         changed = write(os.path.join(port, "link_layer"), "Ethernet\n", changed)
+        for counter, value in recorded_hw_counters(HW_COUNTERS[i % len(HW_COUNTERS)]).items():
+            changed = write(os.path.join(port, "hw_counters", counter), value + "\n", changed)
         gids = [link_local_gid(mac)] * 2 + [ipv4_gid(address)] * 2
         for n in range(4):
             changed = write(os.path.join(port, "gids", str(n)), gids[n] + "\n", changed)

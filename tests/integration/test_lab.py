@@ -421,6 +421,16 @@ def test_prometheus_scrapes_every_node_and_shows_an_injected_fault(lab):
     assert sorted(up) == sorted(GPU_NODES + ["lb-1", "mon-1"]), up
     assert all(r["value"][1] == "1" for r in up.values()), up
     assert up["gpu-a2"]["metric"]["rack"] == "rack_a" and up["gpu-b3"]["metric"]["rack"] == "rack_b", up
+    # The RoCE NICs' ECN/CNP counters (rdma-counters-textfile on every GPU node), as the lab's hw_counters replay
+    # them: mlx5_0 the recorded congested mlx5_bond_0, mlx5_1 the recorded mlx5_1 (tests/fixtures/SOURCES.md).
+    ports = prometheus("rdma_hw_counters_up")
+    assert sorted((r["metric"]["node"], r["metric"]["device"], r["value"][1]) for r in ports) == \
+        sorted((n, d, "1") for n in GPU_NODES for d in ("mlx5_0", "mlx5_1")), ports
+    ecn = {(r["metric"]["node"], r["metric"]["device"], r["metric"]["counter"]): r["value"][1] for r in
+           prometheus('rdma_hw_counter_total{counter=~"np_ecn_marked_roce_packets|np_cnp_sent|rp_cnp_handled"}')}
+    assert ecn[("gpu-b2", "mlx5_0", "np_ecn_marked_roce_packets")] == "21278189006", ecn
+    assert ecn[("gpu-a1", "mlx5_0", "np_cnp_sent")] == "1052612505", ecn
+    assert ecn[("gpu-a3", "mlx5_1", "rp_cnp_handled")] == "12" and len(ecn) == 3 * 2 * len(GPU_NODES), ecn
     failing = 'gpu_health_check_status{check="ecc",severity="fail"} == 1'
     # Earlier tests inject ECC faults too, and a health timer tick may have caught one: refresh every node's
     # textfile now that no fault is set, and wait for the scrape.

@@ -33,7 +33,7 @@ RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
 ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
           "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
           "ExporterDown", "CoolantLeak", "CoolantInletHigh", "CoolantInletLow", "NodePowerOverCap",
-          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm", "NodeRemediationFailed"}
+          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm", "NodeRemediationFailed", "RDMACountersUnreadable"}
 
 
 def _run(argv, **kw):
