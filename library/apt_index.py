@@ -47,10 +47,20 @@ options:
     description: File whose modification time records the last successful refresh.
     type: path
     default: /var/lib/apt/periodic/update-success-stamp
+  update_timeout:
+    description:
+      - Most seconds one C(apt-get update) may take (run under coreutils C(timeout)). A mirror or caching
+        proxy that accepts the connection and then never answers otherwise holds the play, and apt's lock,
+        forever; one that ran out of time is tried once more, then the task fails naming the limit.
+      - V(0) waits as long as apt does.
+    type: int
+    default: 300
+    version_added: "1.4.0"
 notes:
   - Supports check mode (the refresh runs in it too; see the description).
 requirements:
   - apt-get (Debian, Ubuntu)
+  - timeout (coreutils) when O(update_timeout) is above 0
 seealso:
   - module: ansible.builtin.apt
 '''
@@ -184,13 +194,20 @@ def main():
             max_age=dict(type='int', default=3600),
             lists_dir=dict(type='path', default='/var/lib/apt/lists'),
             stamp=dict(type='path', default='/var/lib/apt/periodic/update-success-stamp'),
+            update_timeout=dict(type='int', default=300),
         ),
         supports_check_mode=True,
     )
     max_age, lists_dir, stamp = module.params['max_age'], module.params['lists_dir'], module.params['stamp']
+    update_timeout = module.params['update_timeout']
     if max_age < 0:
         module.fail_json(msg='max_age must be 0 or more seconds, got %d' % max_age)
+    if update_timeout < 0:
+        module.fail_json(msg='update_timeout must be 0 or more seconds, got %d' % update_timeout)
     apt_get = module.get_bin_path('apt-get', required=True)
+    # coreutils timeout exits 124 when the limit ran out (and kills apt-get 10 s after asking it to stop).
+    bound = [module.get_bin_path('timeout', required=True), '--kill-after=10', str(update_timeout)] \
+        if update_timeout else []
 
     targets = read_targets(module, apt_get, lists_dir)
     if not targets:
@@ -208,8 +225,17 @@ def main():
         module.exit_json(changed=False, updated=False, age_seconds=age, targets=targets,
                          reason='every package index present, refreshed %d s ago' % age)
 
-    rc, out, err = module.run_command([apt_get, 'update', '-q', '-o', 'Dir::State::Lists=%s' % lists_dir],
-                                      environ_update={'DEBIAN_FRONTEND': 'noninteractive', 'LC_ALL': 'C'})
+    update = bound + [apt_get, 'update', '-q', '-o', 'Dir::State::Lists=%s' % lists_dir]
+    env = {'DEBIAN_FRONTEND': 'noninteractive', 'LC_ALL': 'C'}
+    rc, out, err = module.run_command(update, environ_update=env)
+    timed_out = bool(bound) and rc in (124, 137)
+    if timed_out:  # a stalled connection is usually gone on the next try
+        rc, out, err = module.run_command(update, environ_update=env)
+        timed_out = rc in (124, 137)
+    if timed_out:
+        module.fail_json(msg='apt-get update did not finish within update_timeout %d s, twice: a mirror or proxy '
+                             'stopped answering: %s' % (update_timeout, (err or out).strip()[-2000:]),
+                         reason=reason, age_seconds=age, targets=read_targets(module, apt_get, lists_dir))
     after = read_targets(module, apt_get, lists_dir)
     still_missing = [t['uri'] for t in after if not t['present']]
     if rc != 0 or still_missing:

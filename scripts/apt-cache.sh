@@ -27,6 +27,10 @@ case "${1:-}" in
             apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apt-cacher-ng >/dev/null; }
           echo 'apt-cacher-ng: 127.0.0.1 198.18.0.0/255.254.0.0 172.16.0.0/255.240.0.0' > /etc/hosts.allow
           echo 'apt-cacher-ng: ALL' > /etc/hosts.deny
+          # Release files pass through uncached: apt-cacher-ng 3.7.4 fails to replace a cached InRelease that
+          # several clients refresh in the same second (\"Failure to move file ... out of the way\") and leaves
+          # the losing client's request unanswered; apt then waits forever (a CI run lost 70 min to it).
+          echo 'DontCacheRequested: (In)?Release(\\.gpg)?\$' > /etc/apt-cacher-ng/zz-gpulab.conf
           chown -R apt-cacher-ng: /var/cache/apt-cacher-ng
           exec /usr/sbin/apt-cacher-ng -c /etc/apt-cacher-ng ForeGround=1 Port=$port BindAddress=0.0.0.0" >/dev/null
     fi

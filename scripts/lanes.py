@@ -3,6 +3,9 @@
 
 Usage: lanes.py JOBS LOGDIR NAME=COMMAND [NAME=COMMAND ...]
 
+A command still running after LANE_LIMIT seconds (default 3000) fails: its process tree is printed, so a hang
+names what hung, and the whole tree is killed, so the run ends well inside CI's limit.
+
 Each command runs through `sh -c`, its output going to LOGDIR/NAME.log; when it ends its whole log is
 printed at once, so two lanes never interleave their lines. After the first failure no new command starts
 (those running finish); the exit status is the first failing command's, or 0.
@@ -11,6 +14,7 @@ Much of a lab or Molecule run waits (systemd booting, apt, health gates, sleeps 
 2-core machine two lanes finish well before one lane would."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +23,7 @@ from pathlib import Path
 
 def main(argv):
     jobs, logdir, specs = int(argv[1]), Path(argv[2]), argv[3:]
+    limit = int(os.environ.get("LANE_LIMIT", "3000"))
     if jobs < 1 or not specs or any("=" not in s for s in specs):
         sys.exit(__doc__)
     logdir.mkdir(parents=True, exist_ok=True)
@@ -29,13 +34,16 @@ def main(argv):
             name, cmd = queue.pop(0)
             log = open(logdir / ("%s.log" % name), "w")
             running[name] = (subprocess.Popen(["sh", "-c", cmd], stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL), log, time.monotonic())
+                                              stdin=subprocess.DEVNULL, start_new_session=True),
+                             log, time.monotonic())
             print("lanes: started %s (%d running, %d waiting)" % (name, len(running), len(queue)), flush=True)
         if not running:
             break
         time.sleep(1)
         for name, (proc, log, start) in list(running.items()):
             if proc.poll() is None:
+                if time.monotonic() - start > limit:
+                    stop(name, proc, limit)
                 continue
             log.close()
             del running[name]
@@ -49,6 +57,21 @@ def main(argv):
                     print("lanes: not starting %s" % ", ".join(n for n, _ in queue), flush=True)
                 queue = []
     return first_rc
+
+
+def stop(name, proc, limit):
+    """Print the process tree of a command past its limit (what it waits on), then kill all of it."""
+    tree = subprocess.run(["ps", "-o", "pid,etimes,stat,args", "--forest", "-g", str(proc.pid)],
+                          capture_output=True, text=True).stdout
+    print("lanes: %s still running after %d s (LANE_LIMIT); its processes:\n%s" % (name, limit, tree), flush=True)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
 
 
 if __name__ == "__main__":

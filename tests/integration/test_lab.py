@@ -522,11 +522,13 @@ def set_lab_bmc(host, **readings):
 
 def test_a_leak_and_a_hot_coolant_inlet_alert_for_exactly_their_nodes(lab):
     """The BMC exporter on mon-1 reads every lab BMC; gpu-b2's BMC reports a leak and gpu-a1's a 52 C coolant
-    inlet: CoolantLeak fires for gpu-b2 only and reaches Alertmanager's page receiver, CoolantInletHigh for
-    gpu-a1 only; both clear when the BMCs read normal again."""
+    inlet: CoolantLeak fires for gpu-b2 only and reaches Alertmanager's page and eda receivers, CoolantInletHigh
+    for gpu-a1 only. The rulebook quarantines gpu-b2 and keeps it out while the leak fires (its GPUs check
+    healthy); when the BMCs read normal again both alerts clear and the rulebook returns gpu-b2 to service."""
     up = wait_for('bmc_up == 1', lambda r: len(r) == len(GPU_NODES))
     assert sorted(r["metric"]["node"] for r in up) == GPU_NODES, up
     assert wait_for('ALERTS{alertname=~"CoolantLeak|CoolantInletHigh"}', lambda r: r == []) == []
+    runs_before = len(remediation_log())
     set_lab_bmc("gpu-b2", leak_detected=True)
     set_lab_bmc("gpu-a1", coolant_inlet_c=52.0)
     try:
@@ -537,20 +539,25 @@ def test_a_leak_and_a_hot_coolant_inlet_alert_for_exactly_their_nodes(lab):
         assert [r["metric"]["node"] for r in hot] == ["gpu-a1"], hot
         assert prometheus('bmc_leak_detector_leaking{node="gpu-b2"}'), "the leaking detector is named"
         url = "http://198.18.0.41:9093/api/v2/alerts?" + urllib.parse.urlencode({"filter": 'alertname="CoolantLeak"'})
-        deadline = time.monotonic() + 60
-        while True:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                alerts = json.load(resp)
-            if alerts or time.monotonic() > deadline:
-                break
-            time.sleep(3)
-        assert [(a["labels"]["node"], [r["name"] for r in a["receivers"]]) for a in alerts] == \
-            [("gpu-b2", ["page"])], alerts
+        alerts = poll(lambda: json.load(urllib.request.urlopen(url, timeout=10)), lambda r: r != [], 60)
+        assert [(a["labels"]["node"], sorted(r["name"] for r in a["receivers"])) for a in alerts] == \
+            [("gpu-b2", ["eda", "page"])], alerts
+        runs = poll(lambda: remediation_log()[runs_before:], lambda r: r != [], 180)
+        assert [(r["node"], r["alert"]["name"], r["alert"]["status"], r["final"]["ready"]) for r in runs] == \
+            [("gpu-b2", "CoolantLeak", "firing", False)], runs
+        assert any(reason.startswith("CoolantLeak firing since") for reason in runs[0]["final"]["reasons"]), runs
+        assert lb_backends()["gpu-b2"] == "down"
     finally:
         set_lab_bmc("gpu-b2", leak_detected=False)
         set_lab_bmc("gpu-a1", coolant_inlet_c=32.0)
     assert wait_for('ALERTS{alertname=~"CoolantLeak|CoolantInletHigh",alertstate="firing"}',
                     lambda r: r == [], timeout=90) == []
+    # The resolved notification: the rulebook runs remediate.yml again, the checks pass, gpu-b2 serves.
+    runs = poll(lambda: remediation_log()[runs_before:], lambda r: len(r) >= 2, 180)
+    assert [(r["node"], r["alert"]["status"], r["final"]["ready"]) for r in runs] == \
+        [("gpu-b2", "firing", False), ("gpu-b2", "resolved", True)], runs
+    assert all(state == "serving" for state in lb_backends().values()), lb_backends()
+    assert poll(lambda: alerts_firing("NodeRemediationFailed"), lambda r: r == [], 90) == []
 
 
 def rail_netdev(host, subnet):

@@ -13,7 +13,8 @@ import apt_index
 from conftest import ROOT
 from helpers import run_module
 
-BINS = {'apt-get': '/usr/bin/apt-get'}
+BINS = {'apt-get': '/usr/bin/apt-get', 'timeout': '/usr/bin/timeout'}
+BOUND = ['/usr/bin/timeout', '--kill-after=10', '300']
 
 # The shape `apt-get indextargets` prints on Debian 12 (recorded on this project's build machine, apt 2.6.1),
 # with the lists directory replaced by the test's own.
@@ -74,6 +75,11 @@ def fetched(apt, *names):
         (apt['lists'] / name).write_text('Package: x\n')
 
 
+def apt_argv(argv):
+    """The apt-get command line, without the coreutils timeout the refresh runs under."""
+    return argv[argv.index('/usr/bin/apt-get'):]
+
+
 def responses(apt, update=(0, 'Reading package lists...', ''), fills=RELEASES + (MAIN, SECURITY), suffix='',
               keep='no', print_uris=PRINT_URIS):
     """apt as it answers: indextargets lists only the package indexes of releases already fetched."""
@@ -84,19 +90,23 @@ def responses(apt, update=(0, 'Reading package lists...', ''), fills=RELEASES + 
                  or ('bookworm-security' not in st and (apt['lists'] / RELEASES[0]).exists())]
         return 0, '\n\n'.join(known), ''
 
+    answers = list(update) if isinstance(update, list) else None
+
     def do_update(argv):
-        fetched(apt, *fills)
-        return update
+        answer = answers.pop(0) if answers is not None else update
+        if answer[0] == 0:
+            fetched(apt, *fills)
+        return answer
 
     return {
-        lambda argv: argv[1] == 'indextargets': indextargets,
-        lambda argv: argv[1:3] == ['update', '--print-uris']: (0, print_uris, ''),
-        lambda argv: argv[1] == 'update': do_update,
+        lambda argv: apt_argv(argv)[1] == 'indextargets': indextargets,
+        lambda argv: apt_argv(argv)[1:3] == ['update', '--print-uris']: (0, print_uris, ''),
+        lambda argv: apt_argv(argv)[1] == 'update': do_update,
     }
 
 
 def updates(runner):
-    return [c for c in runner.calls if c[1] == 'update' and '--print-uris' not in c]
+    return [c for c in runner.calls if apt_argv(c)[1] == 'update' and '--print-uris' not in c]
 
 
 def test_emptied_lists_with_a_fresh_directory_time_are_refreshed(apt):
@@ -105,7 +115,8 @@ def test_emptied_lists_with_a_fresh_directory_time_are_refreshed(apt):
     assert result['updated'] is True and result['changed'] is False
     # apt-get indextargets lists nothing before the first refresh: the release files are what is missing
     assert result['reason'] == '2 of 2 indexes missing from %s' % apt['lists']
-    assert updates(runner) == [['/usr/bin/apt-get', 'update', '-q', '-o', 'Dir::State::Lists=%s' % apt['lists']]]
+    assert updates(runner) == [BOUND + ['/usr/bin/apt-get', 'update', '-q', '-o',
+                                        'Dir::State::Lists=%s' % apt['lists']]]
     assert all(t['present'] for t in result['targets']) and len(result['targets']) == 4
     assert apt['stamp'].exists()  # the next call knows when this refresh happened
 
@@ -178,6 +189,39 @@ def test_a_failed_refresh_fails_with_apts_message(apt):
         apt_index.main, apt['args'], responses(apt, update=(100, '', 'E: The repository is not signed.')),
         bins=BINS)
     assert failed and result['msg'].startswith('apt-get update exited 100') and 'is not signed' in result['msg']
+
+
+def test_a_refresh_that_stalls_is_tried_once_more(apt):
+    """apt-cacher-ng 3.7 can accept a request for a release file several clients refresh at once and never
+    answer it (recorded in this project's CI); apt then waits forever, holding its lock. The refresh runs
+    under a time limit, and a second try gets through."""
+    result, failed, runner = run_module(
+        apt_index.main, apt['args'], responses(apt, update=[(124, '', ''), (0, 'Reading package lists...', '')]),
+        bins=BINS)
+    assert not failed and result['updated'] is True, result
+    assert len(updates(runner)) == 2 and all(c[:3] == BOUND for c in updates(runner))
+
+
+def test_a_refresh_that_stalls_twice_fails_naming_the_limit(apt):
+    result, failed, runner = run_module(
+        apt_index.main, dict(apt['args'], update_timeout=45),
+        responses(apt, update=[(124, '', 'Get:1 http://deb.debian.org/debian bookworm InRelease'), (124, '', '')]),
+        bins=BINS)
+    assert failed and len(updates(runner)) == 2
+    assert result['msg'].startswith('apt-get update did not finish within update_timeout 45 s, twice'), result
+    assert not apt['stamp'].exists()
+
+
+def test_no_time_limit_runs_apt_get_alone(apt):
+    result, failed, runner = run_module(apt_index.main, dict(apt['args'], update_timeout=0), responses(apt),
+                                        bins={'apt-get': '/usr/bin/apt-get'})
+    assert not failed and updates(runner)[0][0] == '/usr/bin/apt-get'
+
+
+def test_negative_update_timeout_is_refused(apt):
+    result, failed, runner = run_module(apt_index.main, dict(apt['args'], update_timeout=-5), responses(apt),
+                                        bins=BINS)
+    assert failed and 'update_timeout must be 0 or more' in result['msg'] and runner.calls == []
 
 
 def test_no_source_at_all_fails(apt):

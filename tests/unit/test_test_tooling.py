@@ -3,6 +3,7 @@ scripts/lanes.py running commands side by side, and scripts/time-report.py readi
 
 import json
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -51,9 +52,9 @@ def test_task_timings_writes_nothing_without_a_file(tmp_path):
     assert proc.returncode == 0 and list(tmp_path.iterdir()) == [tmp_path / "play.yml"]
 
 
-def lanes(tmp_path, jobs, *specs):
+def lanes(tmp_path, jobs, *specs, env=None):
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "lanes.py"), str(jobs), str(tmp_path / "logs"),
-                           *specs], capture_output=True, text=True, timeout=60)
+                           *specs], capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {})))
     return proc.returncode, proc.stdout
 
 
@@ -72,6 +73,19 @@ def test_lanes_start_nothing_new_after_a_failure(tmp_path):
     rc, out = lanes(tmp_path, 1, "bad=echo broken; exit 3", "never=echo ran")
     assert rc == 3, out
     assert "lanes: bad FAILED (rc=3)" in out and "lanes: not starting never" in out and "ran" not in out
+
+
+def test_a_hung_lane_is_named_with_its_processes_and_killed(tmp_path):
+    """A command past LANE_LIMIT fails with its process tree printed (what it waits on), all of it killed,
+    and nothing new starts: a hang costs minutes, never CI's whole limit."""
+    started = time.monotonic()
+    rc, out = lanes(tmp_path, 1, "hung=echo waiting; sh -c 'sleep 47'", "never=echo ran",
+                    env={"LANE_LIMIT": "2"})
+    assert rc != 0 and time.monotonic() - started < 30, out
+    assert "lanes: hung still running after 2 s (LANE_LIMIT); its processes:" in out
+    assert "sleep 47" in out and "lanes: hung FAILED" in out and "waiting\n" in out
+    assert "lanes: not starting never" in out and "ran\n" not in out
+    assert subprocess.run(["pgrep", "-f", "sleep 47"], capture_output=True).returncode == 1
 
 
 def test_lanes_refuse_a_spec_without_a_name(tmp_path):
