@@ -86,6 +86,4 @@ test: setup
 	  $(BIN)/python scripts/time-report.py $(GPULAB_TIMES_DIR) $(TEST_BUDGET); exit $$rc
 
 bench: lab
-	@$(BIN)/python tests/bench/bench_parsers.py
-	@$(BIN)/python tests/bench/bench_modules.py
-	@$(BIN)/python tests/bench/bench_cluster.py
+	@VENV=$(VENV) scripts/bench.sh

@@ -252,36 +252,33 @@ def fabric_failed_pairs(report):
     return lines
 
 
-def fabric_verdict(reports, me):
-    """This node's fabric status from every node's fabric_verify_report: {'status', 'reasons'}.
-
-    A failed jumbo ping implicates both ends, so the failures are attributed across the cluster: a node
-    is at fault on a rail when its own interface has the wrong MTU, or when every pair it is part of on
-    that rail failed in both directions (at least two peers). A node whose only failing pairs are with
-    nodes at fault gets a warning naming them; a failing pair that no fault explains fails both ends.
-    """
-    if not isinstance(reports, dict):
-        raise AnsibleFilterError("fabric_verdict: reports must be a dict of host -> fabric_verify_report")
-    if me not in reports:
-        return {"status": "skip", "reasons": ["fabric check did not run on %s" % me]}
+def _at_fault(reports):
+    """{host: rails it is at fault on}, in O(nodes x rails + failures): its own interface at the wrong MTU, or
+    every pair it is part of on a rail failed in both directions (with at least two peers)."""
+    hosts = set(reports)
+    rails = set(i["rail"] for r in reports.values() for i in (r or {}).get("interfaces", []))
     failed = set()
     for report in reports.values():
         for f in (report or {}).get("failures", []):
             failed.add((f["rail"], f["src"], f["dst"]))
-    hosts = sorted(reports)
-    rails = sorted(set(i["rail"] for r in reports.values() for i in (r or {}).get("interfaces", [])))
-    at_fault = {}
-    for host in hosts:
-        bad = set(i["rail"] for i in reports[host].get("mtu_mismatches", []))
-        peers = [p for p in hosts if p != host]
-        for rail in rails:
-            if len(peers) >= 2 and all((rail, host, p) in failed and (rail, p, host) in failed for p in peers):
-                bad.add(rail)
-        at_fault[host] = bad
-    mine = reports[me]
+    both_ways = {}  # (rail, host) -> peers whose pairs with host failed in both directions
+    for rail, src, dst in failed:
+        if src != dst and src in hosts and dst in hosts and rail in rails and (rail, dst, src) in failed:
+            both_ways[(rail, src)] = both_ways.get((rail, src), 0) + 1
+    peers = len(hosts) - 1
+    at_fault = {h: set(i["rail"] for i in (reports[h] or {}).get("mtu_mismatches", [])) for h in hosts}
+    for (rail, host), count in both_ways.items():
+        if peers >= 2 and count == peers:
+            at_fault[host].add(rail)
+    return at_fault
+
+
+def _verdict(reports, at_fault, me):
+    mine = reports[me] or {}
+    mismatched = set(i["rail"] for i in mine.get("mtu_mismatches", []))
     fail = list(fabric_failed_pairs({"mtu_mismatches": mine.get("mtu_mismatches", [])}))
-    fail += ["%s: every full-size ping to and from all %d peers failed" % (rail, len(hosts) - 1)
-             for rail in sorted(at_fault[me]) if rail not in set(i["rail"] for i in mine.get("mtu_mismatches", []))]
+    fail += ["%s: every full-size ping to and from all %d peers failed" % (rail, len(reports) - 1)
+             for rail in sorted(at_fault[me]) if rail not in mismatched]
     warn = []
     for f in mine.get("failures", []):
         line = fabric_failed_pairs({"failures": [f]})[0]
@@ -296,6 +293,46 @@ def fabric_verdict(reports, me):
     return {"status": "warn" if warn else "ok", "reasons": warn}
 
 
+def _reports(reports, what):
+    if not isinstance(reports, dict):
+        raise AnsibleFilterError("%s: reports must be a dict of host -> fabric_verify_report" % what)
+    return reports
+
+
+def fabric_verdicts(reports, hosts=None):
+    """Every node's fabric status at once: {host: {'status', 'reasons'}}, in O(nodes x rails + failures).
+
+    reports is a dict of host -> fabric_verify_report, or Ansible's hostvars with hosts the play's hosts (the
+    reports of those that have one are read once). A failed jumbo ping implicates both ends, so the failures
+    are attributed across the cluster: a node is at fault on a rail when its own interface has the wrong MTU,
+    or when every pair it is part of on that rail failed in both directions (at least two peers). A node whose
+    only failing pairs are with nodes at fault gets a warning naming them; a failing pair that no fault
+    explains fails both ends. A host in hosts without a report is 'skip'.
+    """
+    if hosts is not None:
+        found = {}
+        for host in hosts:
+            report = reports[host].get("fabric_verify_report") if host in reports else None
+            if report is not None:
+                found[host] = report
+        verdicts = fabric_verdicts(found)
+        for host in hosts:
+            verdicts.setdefault(host, {"status": "skip", "reasons": ["fabric check did not run on %s" % host]})
+        return verdicts
+    reports = _reports(reports, "fabric_verdicts")
+    at_fault = _at_fault(reports)
+    return {host: _verdict(reports, at_fault, host) for host in reports}
+
+
+def fabric_verdict(reports, me):
+    """One node's entry of fabric_verdicts (linear in the cluster per call: use fabric_verdicts once per play
+    where every node needs its verdict)."""
+    reports = _reports(reports, "fabric_verdict")
+    if me not in reports:
+        return {"status": "skip", "reasons": ["fabric check did not run on %s" % me]}
+    return _verdict(reports, _at_fault(reports), me)
+
+
 class FilterModule(object):
     """RoCE fabric filters."""
 
@@ -306,4 +343,5 @@ class FilterModule(object):
             "fabric_report": fabric_report,
             "fabric_failed_pairs": fabric_failed_pairs,
             "fabric_verdict": fabric_verdict,
+            "fabric_verdicts": fabric_verdicts,
         }

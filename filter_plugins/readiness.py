@@ -224,6 +224,73 @@ def missing_row(node, reason, rack="", profile=""):
     return row
 
 
+def readiness_document(rows, cluster=""):
+    """The readiness report (readiness.json): the rows by node name and the names ready and not ready."""
+    if not isinstance(rows, list):
+        raise AnsibleFilterError("readiness_document: rows must be a list, got %r" % type(rows))
+    rows = sorted(rows, key=lambda r: r["node"])
+    return {"cluster": cluster, "nodes": rows,
+            "ready": [r["node"] for r in rows if r["ready"]],
+            "not_ready": [r["node"] for r in rows if not r["ready"]]}
+
+
+def _report_rows(source, report):
+    """The rows of one job's readiness.json, checked whole: any field missing, of the wrong type, or a
+    ready/not_ready list that disagrees with the rows refuses the merge, naming the source and field."""
+    def bad(what):
+        raise AnsibleFilterError("readiness_merge: %s: %s" % (source, what))
+    if not isinstance(report, dict):
+        bad("the report is a %s, not a mapping" % type(report).__name__)
+    for key, kind in (("cluster", str), ("nodes", list), ("ready", list), ("not_ready", list)):
+        if not isinstance(report.get(key), kind):
+            bad("field %s is %r, expected a %s" % (key, report.get(key), kind.__name__))
+    for i, row in enumerate(report["nodes"]):
+        if not isinstance(row, dict) or not isinstance(row.get("node"), str) or not row["node"] \
+                or not isinstance(row.get("ready"), bool) or not isinstance(row.get("reasons"), list) \
+                or not isinstance(row.get("columns"), dict):
+            bad("nodes[%d] is %r, expected a row with node, ready, reasons and columns" % (i, row))
+        if row["ready"] == bool(row["reasons"]):
+            bad("nodes[%d] (%s) says ready=%s with reasons %r" % (i, row["node"], row["ready"], row["reasons"]))
+    names = [r["node"] for r in report["nodes"]]
+    if len(set(names)) != len(names):
+        bad("a node is listed twice: %s" % sorted(n for n in set(names) if names.count(n) > 1))
+    for key, want in (("ready", True), ("not_ready", False)):
+        rows = sorted(r["node"] for r in report["nodes"] if r["ready"] is want)
+        if sorted(report[key]) != rows:
+            bad("field %s is %r but the rows say %r" % (key, report[key], rows))
+    return report["nodes"]
+
+
+def readiness_merge(reports, cluster, expected=None):
+    """One cluster report from the reports of a sliced job's slices, {source: readiness.json}.
+
+    Refuses (naming it) a report of another cluster, a malformed report, and a node reported by two slices
+    or not in expected. expected: {node: {rack, profile}} of the GPU nodes the job covered; a node no slice
+    reported is not ready ("no slice reported it"), as an unreachable node is in one run."""
+    if not isinstance(reports, dict) or not reports:
+        raise AnsibleFilterError("readiness_merge: no slice reports to merge (got %r)" % (reports,))
+    seen = {}
+    for source in sorted(reports):
+        rows = _report_rows(source, reports[source])
+        if reports[source]["cluster"] != cluster:
+            raise AnsibleFilterError("readiness_merge: %s is a report of cluster %r, not %r"
+                                     % (source, reports[source]["cluster"], cluster))
+        for row in rows:
+            if row["node"] in seen:
+                raise AnsibleFilterError("readiness_merge: node %s is in two slice reports, %s and %s"
+                                         % (row["node"], seen[row["node"]][0], source))
+            if expected is not None and row["node"] not in expected:
+                raise AnsibleFilterError("readiness_merge: %s reports node %s, which is not one of the GPU nodes "
+                                         "this merge covers" % (source, row["node"]))
+            seen[row["node"]] = (source, row)
+    rows = [row for _, row in seen.values()]
+    for node, where in sorted((expected or {}).items()):
+        if node not in seen:
+            rows.append(missing_row(node, "no slice reported it (its job failed before the report, or was lost)",
+                                    where.get("rack", ""), where.get("profile", "")))
+    return readiness_document(rows, cluster)
+
+
 def readiness_table(rows):
     """Fixed-width text table, one line per node, then the reasons of every node not ready."""
     if not isinstance(rows, list):
@@ -366,6 +433,8 @@ class FilterModule(object):
             "readiness_row": readiness_row,
             "readiness_missing_row": missing_row,
             "readiness_table": readiness_table,
+            "readiness_document": readiness_document,
+            "readiness_merge": readiness_merge,
             "readiness_markdown": readiness_markdown,
             "readiness_gates": readiness_gates,
             "nccl_multi_node_runs": nccl_multi_node_runs,

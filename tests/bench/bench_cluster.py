@@ -9,6 +9,12 @@ generated inventory under .lab/bench/ that uses the lab's group_vars. Each size 
 (untimed: the new copies take their own names, addresses and LB/Prometheus membership), then timed.
 A timed site.yml re-run that changes anything fails the benchmark. Needs the lab, converged (make lab).
 
+The Ansible floor: right after each timed site.yml re-run, a generated playbook runs on the same hosts, over
+the same connection, as many no-op ansible.builtin.stat tasks as site.yml executed on each (its recap's ok and
+failed; skipped tasks are not executed); site.yml's time per executed node-task is printed as a ratio of the
+floor's (goal 1.5x). With Mitogen on PyPI (scripts/bench.sh installs it under .cache/mitogen), the sizes'
+smallest is timed once more under its mitogen_linear strategy, against the default strategy in the same run.
+
 BENCH_SIZES="4 8 16" and BENCH_CONNECTION_NODES=4 choose the sizes; the bench containers stay until
 make lab-down.
 """
@@ -37,13 +43,20 @@ SSH_PORT_BASE = 22000
 SIZES = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
 
 
+MITOGEN = ROOT / ".cache" / "mitogen"  # pip install --target (scripts/bench.sh); never in the test venv
+
+
 def docker(*args):
     return subprocess.run(["docker"] + list(args), capture_output=True, text=True, check=True).stdout
 
 
-def env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+def env(mitogen=False):
+    e = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+             PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+    if mitogen:
+        e.update(PYTHONPATH=str(MITOGEN), ANSIBLE_STRATEGY="mitogen_linear",
+                 ANSIBLE_STRATEGY_PLUGINS=str(MITOGEN / "ansible_mitogen" / "plugins" / "strategy"))
+    return e
 
 
 def inventory(size, connection="ssh"):
@@ -84,16 +97,18 @@ def inventory(size, connection="ssh"):
     return path
 
 
-def playbook(path, inv, *extra):
+def playbook(path, inv, *extra, mitogen=False, strict=True):
+    book = path if Path(path).is_absolute() else ROOT / "playbooks" / path
     cmd = [str(BIN / "ansible-playbook")] + VAULT + ["-i", str(inv), "-e",
-                                                     "readiness_report_dir=%s" % (BENCH / "reports"),
-                                                     str(ROOT / "playbooks" / path)] + list(extra)
-    print("  %s on %s" % (path, inv.name), file=sys.stderr, flush=True)
+                                                     "readiness_report_dir=%s" % (BENCH / "reports"), str(book)]
+    print("  %s on %s%s" % (Path(path).name, inv.name, " (mitogen)" if mitogen else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd + list(extra), cwd=ROOT, env=env(mitogen), capture_output=True, text=True)
     wall = time.perf_counter() - start
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
+        if not strict:
+            return None, "%s exited %d: %s" % (Path(path).name, proc.returncode, out.strip().splitlines()[-1:])
         sys.exit("%s on %s exited %d:\n%s" % (path, inv.name, proc.returncode, out[-4000:]))
     recap = {m.group(1): [int(g) for g in m.groups()[1:]] for m in RECAP.finditer(out)}
     return wall, recap
@@ -104,16 +119,54 @@ def node_tasks(recap):
     return sum(ok + unreachable + failed + skipped for ok, _, unreachable, failed, skipped, _, _ in recap.values())
 
 
-def timed(inv, size):
-    site_wall, site = playbook("site.yml", inv)
+def executed(recap):
+    """Tasks that ran a module on each host: ok (changed included) and failed, not skipped."""
+    return {h: ok + failed for h, (ok, _, _, failed, _, _, _, _) in recap.items()}
+
+
+def floor(inv, size, site, *extra, mitogen=False):
+    """The same hosts, the same connection, one no-op stat task per task site.yml executed on each."""
+    plays = {}
+    for host, count in sorted(executed(site).items()):
+        plays.setdefault(count, []).append(host)
+    book = BENCH / ("floor-%d.yml" % size)
+    book.write_text(yaml.safe_dump([{"name": "Floor: %d no-op tasks" % count, "hosts": ",".join(hosts),
+                                     "gather_facts": False, "become": False,
+                                     "tasks": [{"name": "stat %d" % i, "ansible.builtin.stat": {"path": "/"}}
+                                               for i in range(count)]}
+                                    for count, hosts in sorted(plays.items()) if count], sort_keys=False))
+    wall, recap = playbook(book, inv, *extra, mitogen=mitogen, strict=not mitogen)
+    if wall is None:
+        return None, recap
+    if executed(recap) != {h: n for h, n in executed(site).items() if n}:
+        sys.exit("the floor on %d nodes ran %s node-tasks, site.yml %s" % (size, executed(recap), executed(site)))
+    return wall, sum(executed(recap).values())
+
+
+def timed(inv, size, *extra, mitogen=False):
+    """site.yml re-run, its floor, verify.yml: {play: (wall, node-tasks)}; under Mitogen a failure or a change
+    is reported, not fatal."""
+    out = {}
+    site_wall, site = playbook("site.yml", inv, *extra, mitogen=mitogen, strict=not mitogen)
+    if site_wall is None:
+        return {"error": site}
     changed = {h: r[1] for h, r in site.items() if r[1]}
     if changed:
-        sys.exit("the converged re-run of site.yml on %d nodes changed %s" % (size, changed))
-    verify_wall, verify = playbook("verify.yml", inv)
-    print("  %s: site %.1f s for %d node-tasks, verify %.1f s for %d" % (inv.name, site_wall, node_tasks(site),
-                                                                     verify_wall, node_tasks(verify)),
+        if not mitogen:
+            sys.exit("the converged re-run of site.yml on %d nodes changed %s" % (size, changed))
+        out["error"] = "the converged re-run of site.yml changed %s" % changed
+    out["site"] = (site_wall, node_tasks(site))
+    out["site_executed"] = (site_wall, sum(executed(site).values()))
+    out["floor"] = floor(inv, size, site, *extra, mitogen=mitogen)
+    verify_wall, verify = playbook("verify.yml", inv, *extra, mitogen=mitogen, strict=not mitogen)
+    if verify_wall is None:
+        out["error"] = verify
+        return out
+    out["verify"] = (verify_wall, node_tasks(verify))
+    print("  %s: site %.1f s for %d node-tasks, floor %s, verify %.1f s for %d"
+          % (inv.name, site_wall, node_tasks(site), out["floor"], verify_wall, node_tasks(verify)),
           file=sys.stderr, flush=True)
-    return {"site": (site_wall, node_tasks(site)), "verify": (verify_wall, node_tasks(verify))}
+    return out
 
 
 def prepare():
@@ -163,11 +216,17 @@ def main():
         if size == conn_size:
             ssh = results[size]
             docker_results = timed(inventory(size, "docker"), size)
+            if (MITOGEN / "ansible_mitogen").is_dir():
+                # Mitogen's interpreter discovery fails its first connection under ansible-core 2.19 ("EOF on
+                # stream"): both sides of this pair name the nodes' interpreter.
+                named = ("-e", "ansible_python_interpreter=/usr/bin/python3")
+                default_named = timed(inv, size, *named)
+                mitogen = timed(inv, size, *named, mitogen=True)
     base = sizes[0]
     print("converged site.yml re-run and verify.yml, N bench GPU nodes + LB + monitoring host, "
           "over SSH to loopback-published ports")
     print("  %5s  %-6s  %8s  %10s  %12s  %s" % ("nodes", "play", "wall s", "node-tasks", "ms/node-task",
-                                               "growth per node-task vs %d nodes" % base))
+                                               "growth per node-task vs %d nodes (goal for verify: 1.2x)" % base))
     for play in ("site", "verify"):
         b_wall, b_tasks = results[base][play]
         for size in sizes:
@@ -175,12 +234,30 @@ def main():
             print("  %5d  %-6s  %8.1f  %10d  %12.1f  %.2fx (wall %.2fx for %.1fx the nodes)"
                   % (size, play, wall, tasks, 1000 * wall / tasks, (wall / tasks) / (b_wall / b_tasks),
                      wall / b_wall, size / base))
+    print("site.yml re-run against the Ansible floor (as many no-op stat tasks per host, same hosts and "
+          "connection): time per executed node-task, goal 1.5x")
+    for size in sizes:
+        (s_wall, s_tasks), (f_wall, f_tasks) = results[size]["site_executed"], results[size]["floor"]
+        print("  %5d nodes  site %7.1f s / %d  floor %7.1f s / %d  %.2fx"
+              % (size, s_wall, s_tasks, f_wall, f_tasks, (s_wall / s_tasks) / (f_wall / f_tasks)))
     print("connection on %d nodes: docker exec time as a ratio of SSH on loopback-published ports (same tasks, "
           "both pipelined)" % conn_size)
     for play in ("site", "verify"):
         (s_wall, s_tasks), (d_wall, d_tasks) = ssh[play], docker_results[play]
         print("  %-6s  ssh %7.1f s  docker exec %7.1f s  %.2fx  (node-tasks %d / %d)"
               % (play, s_wall, d_wall, d_wall / s_wall, s_tasks, d_tasks))
+    if not (MITOGEN / "ansible_mitogen").is_dir():
+        print("mitogen: not measured (no %s; scripts/bench.sh installs it)" % MITOGEN)
+        return
+    print("mitogen_linear against the default strategy on %d nodes over SSH, in the same run "
+          "(ratio < 1: Mitogen faster)" % conn_size)
+    if "error" in mitogen:
+        print("  mitogen: %s" % mitogen["error"])
+    for play in ("site", "floor", "verify"):
+        if play in mitogen and mitogen[play][0] is not None:
+            (d_wall, d_tasks), (m_wall, m_tasks) = default_named[play], mitogen[play]
+            print("  %-6s  linear %7.1f s  mitogen_linear %7.1f s  %.2fx  (node-tasks %d / %d)"
+                  % (play, d_wall, m_wall, m_wall / d_wall, d_tasks, m_tasks))
 
 
 if __name__ == "__main__":

@@ -123,7 +123,12 @@ def rendered(tmp_path_factory):
     dest = tmp_path_factory.mktemp('awx') / 'awx_objects.json'
     extra = dict(SECRETS, awx_render_only=True, awx_render_dest=str(dest), ansible_python_interpreter=sys.executable,
                  awx_project_scm_url='https://git.example.com/gpu-cluster.git', awx_verify_job_slice_count='3',
-                 awx_machine_credential='gpu-lab ssh', controller_host='https://awx.example.com')
+                 awx_readiness_publish_dir='/mnt/readiness', awx_machine_credential='gpu-lab ssh',
+                 controller_host='https://awx.example.com')
+    return _render(dest, extra)
+
+
+def _render(dest, extra):
     proc = _run([str(BIN / 'ansible-playbook'), '-i', 'localhost,', 'playbooks/awx/configure.yml',
                  '-e', json.dumps(extra)])
     assert proc.returncode == 0, proc.stdout
@@ -142,11 +147,11 @@ def test_no_secret_in_rendered_payloads_or_log(rendered):
         assert value not in rendered['log'], name
 
 
-def test_job_templates_are_the_four_playbooks(rendered):
-    assert sorted(_templates(rendered)) == ['remediate', 'rolling_update', 'site', 'verify']
+def test_job_templates_are_the_five_playbooks(rendered):
+    assert sorted(_templates(rendered)) == ['merge_readiness', 'remediate', 'rolling_update', 'site', 'verify']
 
 
-@pytest.mark.parametrize('playbook', ['site', 'verify', 'rolling_update', 'remediate'])
+@pytest.mark.parametrize('playbook', ['site', 'verify', 'rolling_update', 'remediate', 'merge_readiness'])
 def test_job_template_playbook_exists(rendered, playbook):
     assert (REPO / _templates(rendered)[playbook]['playbook']).is_file()
 
@@ -154,7 +159,8 @@ def test_job_template_playbook_exists(rendered, playbook):
 def test_job_templates_common_settings(rendered):
     for jt in rendered['job_templates']:
         assert jt['allow_simultaneous'] is False, jt['name']
-        assert jt['ask_limit_on_launch'] is True, jt['name']
+        # merge takes its limit from the slices' artifacts (readiness_run_limit)
+        assert jt['ask_limit_on_launch'] is (not jt['playbook'].endswith('merge_readiness.yml')), jt['name']
         assert jt['project'] == rendered['project']['name']
         assert jt['inventory'] == rendered['inventory']['name']
         assert jt['organization'] == rendered['project']['organization']
@@ -221,10 +227,7 @@ def test_batch_and_version_questions(rendered):
     assert 'default' not in version
 
 
-def test_workflow_site_verify_remediate(rendered):
-    wf = rendered['workflow']
-    assert wf['allow_simultaneous'] is False and wf['ask_limit_on_launch'] is True
-    names = {jt['name'] for jt in rendered['job_templates']}
+def _edges(wf, names):
     nodes = {n['identifier']: n for n in wf['workflow_nodes']}
     assert len(nodes) == len(wf['workflow_nodes'])
     for node in nodes.values():
@@ -232,12 +235,42 @@ def test_workflow_site_verify_remediate(rendered):
         assert node['unified_job_template']['name'] in names, node['identifier']
         for kind, targets in node['related'].items():
             assert all(t['identifier'] in nodes for t in targets), (node['identifier'], kind)
-    edges = {(n['identifier'], kind, t['identifier'])
-             for n in nodes.values() for kind, ts in n['related'].items() for t in ts}
-    assert edges == {('site', 'success_nodes', 'verify'), ('verify', 'failure_nodes', 'remediate')}
+    return nodes, {(n['identifier'], kind, t['identifier'])
+                   for n in nodes.values() for kind, ts in n['related'].items() for t in ts}
+
+
+def test_workflow_site_verify_merge_remediate(rendered):
+    """Sliced verify (3 slices here): merge runs whatever the slices did, and its failure starts remediate."""
+    wf = rendered['workflow']
+    assert wf['allow_simultaneous'] is False and wf['ask_limit_on_launch'] is True
     jts = _templates(rendered)
+    nodes, edges = _edges(wf, {jt['name'] for jt in rendered['job_templates']})
+    assert edges == {('site', 'success_nodes', 'verify'), ('verify', 'always_nodes', 'merge_readiness'),
+                     ('merge_readiness', 'failure_nodes', 'remediate')}
     assert {i: n['unified_job_template']['name'] for i, n in nodes.items()} == {
-        i: jts[i]['name'] for i in ('site', 'verify', 'remediate')}
+        i: jts[i]['name'] for i in ('site', 'verify', 'merge_readiness', 'remediate')}
+    for name in ('verify', 'merge_readiness'):
+        assert jts[name]['extra_vars'] == {'readiness_report_publish_dir': '/mnt/readiness'}, name
+    assert jts['remediate']['extra_vars'] == {'remediate_reports_dir': '/mnt/readiness/remediation'}
+
+
+def test_workflow_of_one_verify_job_has_no_merge(tmp_path):
+    dest = tmp_path / 'awx_objects.json'
+    rendered = _render(dest, dict(SECRETS, awx_render_only=True, awx_render_dest=str(dest),
+                                  ansible_python_interpreter=sys.executable))
+    nodes, edges = _edges(rendered['workflow'], {jt['name'] for jt in rendered['job_templates']})
+    assert edges == {('site', 'success_nodes', 'verify'), ('verify', 'failure_nodes', 'remediate')}
+    assert set(nodes) == {'site', 'verify', 'remediate'}
+    assert _templates(rendered)['remediate']['extra_vars'] == {}  # no share: the job's own reports/
+
+
+def test_sliced_verify_without_a_share_is_refused(tmp_path):
+    proc = _run([str(BIN / 'ansible-playbook'), '-i', 'localhost,', 'playbooks/awx/configure.yml', '-e',
+                 json.dumps(dict(awx_render_only=True, awx_render_dest=str(tmp_path / 'x.json'),
+                                 awx_verify_job_slice_count=4, ansible_python_interpreter=sys.executable))])
+    assert proc.returncode != 0
+    assert 'awx_verify_job_slice_count=4 needs awx_readiness_publish_dir' in proc.stdout, proc.stdout
+    assert not (tmp_path / 'x.json').exists()
 
 
 def test_bmc_credential_type(rendered):

@@ -8,8 +8,9 @@ from ansible.errors import AnsibleFilterError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "filter_plugins"))
 
-from fabric import (fabric_failed_pairs, fabric_ping_targets, fabric_report, fabric_verdict, ping_error,  # noqa: E402
-                    rdma_rail_plan)
+from fabric import (fabric_failed_pairs, fabric_ping_targets, fabric_report, fabric_verdict,  # noqa: E402
+                    _verdict, fabric_verdicts, ping_error, rdma_rail_plan)
+from hypothesis import given, settings, strategies as st  # noqa: E402
 
 RAILS = [{"name": "rail0", "subnet": "198.19.21.0/24", "mtu": 9000},
          {"name": "rail1", "subnet": "198.19.22.0/24", "mtu": 9000}]
@@ -133,3 +134,59 @@ def test_verdict_names_a_wrong_interface_mtu_and_unexplained_pairs():
     assert fabric_verdict(reports, "n9")["status"] == "skip"
     with pytest.raises(AnsibleFilterError, match="reports must be a dict"):
         fabric_verdict([], "n1")
+
+
+def _quadratic_verdict(reports, me):
+    """The attribution as first written (every host against every peer on every rail, per node): the
+    reference the linear at-fault search of fabric_verdicts must agree with."""
+    if me not in reports:
+        return {"status": "skip", "reasons": ["fabric check did not run on %s" % me]}
+    failed = set((f["rail"], f["src"], f["dst"]) for r in reports.values() for f in r.get("failures", []))
+    hosts = sorted(reports)
+    rails = sorted(set(i["rail"] for r in reports.values() for i in r.get("interfaces", [])))
+    at_fault = {}
+    for host in hosts:
+        bad = set(i["rail"] for i in reports[host].get("mtu_mismatches", []))
+        peers = [p for p in hosts if p != host]
+        for rail in rails:
+            if len(peers) >= 2 and all((rail, host, p) in failed and (rail, p, host) in failed for p in peers):
+                bad.add(rail)
+        at_fault[host] = bad
+    return _verdict(reports, at_fault, me)  # only the attribution changed; the verdict's wording is shared
+
+
+@st.composite
+def _clusters(draw):
+    """2 to 6 nodes, each with some failing pairs (biased towards one broken node) and wrong-MTU rails."""
+    hosts = ["n%d" % i for i in range(draw(st.integers(2, 6)))]
+    broken = draw(st.sampled_from(hosts + [None]))
+    reports = {}
+    for host in hosts:
+        pairs = set(draw(st.lists(st.tuples(st.sampled_from(["rail0", "rail1"]), st.sampled_from(hosts)),
+                                  max_size=6)))
+        if broken and draw(st.booleans()):
+            pairs |= set(("rail0", p) for p in hosts if p != host and (host == broken or p == broken))
+        mtu = draw(st.lists(st.sampled_from(["rail0", "rail1"]), max_size=1))
+        reports[host] = _report(host, sorted(p for p in pairs if p[1] != host), mtu)
+    return reports
+
+
+@settings(max_examples=300, deadline=None)
+@given(_clusters())
+def test_linear_attribution_agrees_with_the_pairwise_one(reports):
+    verdicts = fabric_verdicts(reports)
+    assert verdicts == {h: _quadratic_verdict(reports, h) for h in reports}
+    assert all(fabric_verdict(reports, h) == verdicts[h] for h in reports)
+
+
+def test_verdicts_read_the_play_hosts_reports_from_hostvars_once():
+    """In a play: fabric_verdicts(hostvars, ansible_play_hosts); a host without a report is skip."""
+    hostvars = {"n1": {"fabric_verify_report": _report("n1", [("rail0", "n2")])},
+                "n2": {"fabric_verify_report": _report("n2", [("rail0", "n1"), ("rail0", "n3")])},
+                "n3": {"fabric_verify_report": _report("n3", [("rail0", "n2")])},
+                "n4": {}}
+    verdicts = fabric_verdicts(hostvars, ["n1", "n2", "n3", "n4"])
+    assert verdicts["n2"]["status"] == "fail" and verdicts["n1"]["status"] == "warn"
+    assert verdicts["n4"] == {"status": "skip", "reasons": ["fabric check did not run on n4"]}
+    with pytest.raises(AnsibleFilterError, match="fabric_verdicts: reports must be a dict"):
+        fabric_verdicts([])

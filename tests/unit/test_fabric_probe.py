@@ -98,3 +98,30 @@ def test_no_targets_is_nothing_checked():
     result, failed, runner = run_module(fabric_probe.main, {"targets": []}, {}, bins={"ping": "/bin/ping"})
     assert not failed and (result["pairs_checked"], result["pairs_ok"], result["results"]) == (0, 0, [])
 
+
+
+def test_a_failure_is_probed_again_fewer_at_once_and_counts_only_when_it_fails_again(monkeypatch):
+    """A healthy fabric under a burst of thousands of probes drops a few replies (every ping socket gets every
+    reply); a failing target is probed again with an eighth of the concurrency, and fails only if it fails again."""
+    calls = []
+    flaky, broken = target(dst="10.0.0.2"), target(dst="10.0.0.3")
+
+    def probe(targets, ping, timeout, concurrency):
+        calls.append(([t["dst_addr"] for t in targets], concurrency))
+        bad = {"10.0.0.2", "10.0.0.3"} if len(calls) == 1 else {"10.0.0.3"}
+        return [{"rc": 1, "stdout": "100% packet loss", "stderr": "", "item": t} for t in targets
+                if t["dst_addr"] in bad]
+    monkeypatch.setattr(fabric_probe, "probe", probe)
+    targets = [target(dst="10.0.0.1"), flaky, broken]
+    result, failed, runner = run_module(fabric_probe.main, {"targets": targets}, {}, bins={"ping": "/bin/ping"})
+    assert not failed, result
+    assert (result["pairs_checked"], result["pairs_ok"], result["retried"]) == (3, 2, 2)
+    assert [r["item"] for r in result["results"]] == [broken]
+    assert calls == [(["10.0.0.1", "10.0.0.2", "10.0.0.3"], 64), (["10.0.0.2", "10.0.0.3"], 8)]
+    calls.clear()
+    result, failed, runner = run_module(fabric_probe.main, {"targets": targets, "retries": 0}, {},
+                                        bins={"ping": "/bin/ping"})
+    assert (result["pairs_ok"], result["retried"], len(calls)) == (1, 2, 1)
+    result, failed, runner = run_module(fabric_probe.main, {"targets": targets, "retries": -1}, {},
+                                        bins={"ping": "/bin/ping"})
+    assert failed and "retries must be 0 or more, got -1" in result["msg"]
