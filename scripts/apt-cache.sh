@@ -30,16 +30,21 @@ case "${1:-}" in
           # Release files pass through uncached: apt-cacher-ng 3.7.4 fails to replace a cached InRelease that
           # several clients refresh in the same second (\"Failure to move file ... out of the way\") and leaves
           # the losing client's request unanswered; apt then waits forever (a CI run lost 70 min to it).
-          echo 'DontCacheRequested: (In)?Release(\\.gpg)?\$' > /etc/apt-cacher-ng/zz-gpulab.conf
+          # DontCacheResolved, not DontCacheRequested: 3.7.4 answers 400 to every request the latter matches.
+          echo 'DontCacheResolved: (In)?Release(\\.gpg)?\$' > /etc/apt-cacher-ng/zz-gpulab.conf
           chown -R apt-cacher-ng: /var/cache/apt-cacher-ng
           exec /usr/sbin/apt-cacher-ng -c /etc/apt-cacher-ng ForeGround=1 Port=$port BindAddress=0.0.0.0" >/dev/null
     fi
     for _ in $(seq 1 120); do
-      curl -fsS -o /dev/null "http://127.0.0.1:$port/acng-report.html" 2>/dev/null && exit 0
+      curl -fsS -o /dev/null "http://127.0.0.1:$port/acng-report.html" 2>/dev/null && break
       sleep 1
     done
+    # A release file through the cache, as every node's apt-get update asks it: a cache that answers its
+    # report page but refuses these (a bad directive answers 400) would fail every converge.
+    release=http://deb.debian.org/debian/dists/bookworm/InRelease
+    if curl -fsS -m 60 -o /dev/null -x "http://127.0.0.1:$port" "$release"; then exit 0; fi
     docker logs --tail 20 "$name" >&2
-    echo "error: the package cache ($name) did not answer on port $port within 120 s" >&2
+    echo "error: the package cache ($name) did not serve $release on port $port within 120 s" >&2
     exit 1
     ;;
   remove)

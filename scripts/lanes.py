@@ -3,7 +3,7 @@
 
 Usage: lanes.py JOBS LOGDIR NAME=COMMAND [NAME=COMMAND ...]
 
-A command still running after LANE_LIMIT seconds (default 3000) fails: its process tree is printed, so a hang
+A command still running after LANE_LIMIT seconds (default 5200) fails: its process tree is printed, so a hang
 names what hung, and the whole tree is killed, so the run ends well inside CI's limit.
 
 Each command runs through `sh -c`, its output going to LOGDIR/NAME.log; when it ends its whole log is
@@ -23,7 +23,7 @@ from pathlib import Path
 
 def main(argv):
     jobs, logdir, specs = int(argv[1]), Path(argv[2]), argv[3:]
-    limit = int(os.environ.get("LANE_LIMIT", "3000"))
+    limit = int(os.environ.get("LANE_LIMIT", "5200"))
     if jobs < 1 or not specs or any("=" not in s for s in specs):
         sys.exit(__doc__)
     logdir.mkdir(parents=True, exist_ok=True)
@@ -43,7 +43,7 @@ def main(argv):
         for name, (proc, log, start) in list(running.items()):
             if proc.poll() is None:
                 if time.monotonic() - start > limit:
-                    stop(name, proc, limit)
+                    stop(name, proc, limit, logdir)
                 continue
             log.close()
             del running[name]
@@ -52,17 +52,20 @@ def main(argv):
                                                "FAILED (rc=%d)" % proc.returncode, time.monotonic() - start),
                   flush=True)
             if proc.returncode != 0 and first_rc == 0:
-                first_rc = proc.returncode
+                # killed by a signal (LANE_LIMIT's SIGTERM): 128 + its number, as a shell reports it
+                first_rc = proc.returncode if proc.returncode > 0 else 128 - proc.returncode
                 if queue:
                     print("lanes: not starting %s" % ", ".join(n for n, _ in queue), flush=True)
                 queue = []
     return first_rc
 
 
-def stop(name, proc, limit):
-    """Print the process tree of a command past its limit (what it waits on), then kill all of it."""
+def stop(name, proc, limit, logdir):
+    """Print the process tree of a command past its limit (what it waits on), keep it beside the command's log
+    as NAME.killed (time-report.py repeats it at the end of the run), then kill all of it."""
     tree = subprocess.run(["ps", "-o", "pid,etimes,stat,args", "--forest", "-g", str(proc.pid)],
                           capture_output=True, text=True).stdout
+    (logdir / ("%s.killed" % name)).write_text("killed after %d s (LANE_LIMIT); its processes:\n%s" % (limit, tree))
     print("lanes: %s still running after %d s (LANE_LIMIT); its processes:\n%s" % (name, limit, tree), flush=True)
     try:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Where the time of a `make test` went: every stage (Molecule scenarios included) against the CI budget,
-each integration test, and the slowest tasks of every playbook run (callback_plugins/task_timings.py).
+each integration test, the slowest tasks of every playbook run (callback_plugins/task_timings.py), and last,
+for each failed stage, what it was doing: the process tree lanes.py printed when it killed the stage, the last
+task its log names and the log's last lines (CI shows only the end of a long output).
 Usage: time-report.py DIR [BUDGET_SECONDS]; DIR holds stages.tsv, tasks.jsonl and *.xml (pytest JUnit)."""
 
 import json
@@ -58,6 +60,36 @@ def main():
         for r in timed[:20]:
             print("%8.1f  %-24s %-30s %s" % (r["seconds"], r["stage"][:24], "/".join(Path(r["playbook"]).parts[-2:])[:30],
                                              r["task"][:80]))
+    for line in failures(d, rows):
+        print(line)
+
+
+def _last(lines, tail):
+    """The last task a playbook's output started, and its last non-empty lines."""
+    task = [line for line in lines if line.startswith("TASK [")]
+    return (["last task started: %s" % task[-1][:150]] if task else []) + \
+        ["  " + line[:158] for line in [line for line in lines if line.strip()][-tail:]]
+
+
+def failures(d, rows, tail=12):
+    """What each failed stage was doing when it ended, for the end of the output."""
+    out = []
+    for _, name, secs, status in rows:
+        if name == "total" or not status.startswith("FAILED"):
+            continue
+        out.append("\n===== %s %s after %d s" % (name, status, secs))
+        killed = d / "logs" / ("%s.killed" % name)
+        if killed.exists():
+            out += [line[:160] for line in killed.read_text(errors="replace").splitlines()[:20]]
+        log = d / "logs" / ("%s.log" % name)
+        out.append("last lines of %s:" % log)
+        out += _last(log.read_text(errors="replace").splitlines() if log.exists() else [], tail)
+        live = d / "logs" / ("%s.live" % name)  # the output of the command it was running (test_lab.py)
+        lines = live.read_text(errors="replace").splitlines() if live.exists() else []
+        if lines:
+            out.append("it was running: %s" % lines[0][:150])
+            out += _last(lines[1:], tail)
+    return out
 
 
 if __name__ == "__main__":

@@ -48,9 +48,22 @@ def ansible_env():
                 PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
 
 
+# The output of the command running now, as it comes: when CI kills a stage that hangs, pytest's captured
+# output is lost with it, and scripts/time-report.py prints the end of this file instead.
+LIVE = Path(os.environ.get("GPULAB_TIMES_DIR", ROOT / ".cache" / "times")) / "logs" / "integration-lab.live"
+
+
 def run(*args, check=True):
-    proc = subprocess.run(list(args), cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=1800)
-    out = proc.stdout + proc.stderr
+    LIVE.parent.mkdir(parents=True, exist_ok=True)
+    with LIVE.open("w") as live:
+        live.write("%s %s\n" % (time.strftime("%H:%M:%S"), " ".join(args)))
+        live.flush()
+        start = live.tell()
+        proc = subprocess.run(list(args), cwd=ROOT, env=ansible_env(), stdout=live, stderr=subprocess.PIPE,
+                              text=True, timeout=1800)
+    with LIVE.open() as live:
+        live.seek(start)
+        out = live.read() + proc.stderr
     if check and proc.returncode != 0:
         raise AssertionError("%s exited %d:\n%s" % (" ".join(args), proc.returncode, out[-6000:]))
     return proc.returncode, out
@@ -84,7 +97,6 @@ def lab():
     playbook("playbooks/lab/apt_repo.yml")
     playbook("playbooks/lab/bmc.yml")
     playbook("playbooks/lab/models.yml")
-    run("scripts/eda.sh", "start")  # the rulebook service, as make lab starts it
     yield
     if os.environ.get("KEEP_LAB") != "1":
         run("scripts/lab-down.sh", check=False)
@@ -98,16 +110,21 @@ def snapshot(host):
                           capture_output=True, text=True, check=True).stdout
 
 
+# One GPU node of each hardware profile (H100 and A100 HGX, L40S PCIe; both racks), the load balancer and the
+# monitoring host: every play and every profile's branch of the roles, at 5 of the lab's 8 hosts' cost.
+CHECK_HOSTS = ["gpu-a1", "gpu-b1", "gpu-b3", "lb-1", "mon-1"]
+
+
 def test_check_diff_on_a_fresh_lab_changes_nothing(lab):
     """Before anything converged: the dry run of the whole site goes through every play without a failure,
     shows its diffs, and leaves every node and the controller as they were."""
     assert not REPORT.exists()
     before = {h: snapshot(h) for h in ALL_HOSTS}
-    rc, out = playbook("playbooks/site.yml", "--check", "--diff")
+    rc, out = playbook("playbooks/site.yml", "--check", "--diff", "-l", ",".join(CHECK_HOSTS + ["localhost"]))
     hosts = recap(out)
-    assert set(hosts) >= set(ALL_HOSTS), hosts
+    assert set(hosts) >= set(CHECK_HOSTS), hosts
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in hosts.values()), hosts
-    assert all(hosts[n]["changed"] > 0 for n in GPU_NODES), hosts  # a fresh node has everything to do
+    assert all(hosts[n]["changed"] > 0 for n in CHECK_HOSTS if n in GPU_NODES), hosts  # a fresh node: all to do
     assert re.search(r"^\+NCCL_IB_HCA=", out, re.M), "no diff of /etc/nccl.conf"  # the template's diff
     for host in ALL_HOSTS:
         after = snapshot(host)
@@ -520,7 +537,7 @@ def set_lab_bmc(host, **readings):
     subprocess.run(["docker", "exec", "gpulab-" + host, "systemctl", "restart", "lab-bmc.service"], check=True)
 
 
-def test_a_leak_and_a_hot_coolant_inlet_alert_for_exactly_their_nodes(lab):
+def test_a_leak_and_a_hot_coolant_inlet_alert_for_exactly_their_nodes(lab, eda):
     """The BMC exporter on mon-1 reads every lab BMC; gpu-b2's BMC reports a leak and gpu-a1's a 52 C coolant
     inlet: CoolantLeak fires for gpu-b2 only and reaches Alertmanager's page and eda receivers, CoolantInletHigh
     for gpu-a1 only. The rulebook quarantines gpu-b2 and keeps it out while the leak fires (its GPUs check
@@ -613,10 +630,10 @@ def test_a_wrong_mtu_on_a_node_or_on_the_network_is_named(lab):
 
 
 def test_a_node_stopped_mid_run_is_named_and_the_rest_converge(lab):
-    # Stop gpu-b2 once the run reaches the RDMA play. The node baseline before it, converged already on every
-    # node, is skipped: re-checking it would prove nothing about the failure.
+    # Stop gpu-b2 once the run reaches the RDMA play. Only the plays from there to verify run: the node baseline
+    # before it and monitoring and inference after it, converged already on every node, would only be re-checked.
     proc = subprocess.Popen([str(BIN / "ansible-playbook"), *VAULT, "playbooks/site.yml",
-                             "--skip-tags", "node_baseline"], cwd=ROOT,
+                             "--tags", "rdma,power,verify"], cwd=ROOT,
                             env=ansible_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, stopped = [], False
@@ -743,11 +760,13 @@ def comparable(row):
             "fabric": row["columns"]["fabric"]["status"]}
 
 
-def test_verify_as_two_job_slices_matches_one_run(lab, tmp_path):
+def test_verify_as_four_job_slices_merged_matches_one_run(lab, tmp_path):
     """AWX job slicing splits the inventory's hosts round robin over the slices; each slice is its own job
-    with its own report. Two slices give the same per-node results as one run, faults included."""
+    (ansible-runner, as AWX runs it) publishing its own report to a share and handing its run group on with
+    set_stats. merge_readiness.yml joins the four into the report of one unsliced run, faults included."""
     set_faults("gpu-a2", {"nvlink_inactive": [{"gpu": 2, "links": [5]}]})
     set_faults("gpu-b1", {"ecc_uncorrectable": [{"gpu": 1, "count": 4}]})
+    share = tmp_path / "share"
     try:
         status, rc, events, out = ansible_runner(tmp_path, "playbooks/verify.yml", "verify-whole",
                                                  "-e", "readiness_report_dir=%s" % (tmp_path / "whole"))
@@ -756,19 +775,51 @@ def test_verify_as_two_job_slices_matches_one_run(lab, tmp_path):
         assert failed == {"localhost"}, failed  # only the report's gate fails; no node's play does
         whole = json.loads((tmp_path / "whole" / "readiness.json").read_text())
         assert whole["not_ready"] == ["gpu-a2", "gpu-b1"], whole["not_ready"]
-        slices = [GPU_NODES[0::2], GPU_NODES[1::2]]
-        sliced = {}
-        for i, hosts in enumerate(slices):
-            playbook("playbooks/verify.yml", "-l", ",".join(hosts + ["localhost"]),
-                     "-e", "readiness_report_dir=%s" % (tmp_path / ("slice%d" % i)), check=False)
-            rows = json.loads((tmp_path / ("slice%d" % i) / "readiness.json").read_text())["nodes"]
+        for i in range(4):
+            hosts = GPU_NODES[i::4]
+            status, rc, events, out = ansible_runner(
+                tmp_path, "playbooks/verify.yml", "slice%d" % i, "-l", ",".join(hosts + ["localhost"]),
+                "-e", "readiness_report_dir=%s" % (tmp_path / ("slice%d" % i)),
+                "-e", "readiness_report_publish_dir=%s" % share,
+                "-e", "readiness_report_run_group=wf-7", "-e", "readiness_report_run_id=slice%d" % i)
+            stats = [e["event_data"].get("artifact_data") for e in events if e["event"] == "playbook_on_stats"]
+            assert stats and stats[0]["readiness_run_group"] == "wf-7", out[-2000:]
+            rows = json.loads((share / "gpulab" / "wf-7" / ("slice%d" % i) / "readiness.json").read_text())["nodes"]
             assert sorted(r["node"] for r in rows) == sorted(hosts), rows
-            sliced.update({r["node"]: r for r in rows})
-        assert {n: comparable(r) for n, r in sliced.items()} == \
-            {r["node"]: comparable(r) for r in whole["nodes"]}
+        # AWX hands the slices' artifacts to the merge node as extra vars; their limit was the whole cluster.
+        status, rc, events, out = ansible_runner(
+            tmp_path, "playbooks/merge_readiness.yml", "merge", "-e", "readiness_report_publish_dir=%s" % share,
+            "-e", "readiness_run_group=wf-7", "-e", "readiness_run_limit=all",
+            "-e", "readiness_report_dir=%s" % (tmp_path / "merged"))
+        assert status == "failed" and rc != 0, out[-2000:]  # the merged report's gate: two nodes not ready
+        merged = json.loads((share / "gpulab" / "wf-7" / "merged" / "readiness.json").read_text())
+        assert merged["not_ready"] == whole["not_ready"], merged["not_ready"]
+        assert [comparable(r) for r in merged["nodes"]] == [comparable(r) for r in whole["nodes"]]
+        assert (tmp_path / "merged" / "readiness.json").read_text() == \
+            (share / "gpulab" / "wf-7" / "merged" / "readiness.json").read_text()
+        assert sorted(p.stem for p in (share / "gpulab" / "wf-7" / "merged").glob("gpu-*.json")) == GPU_NODES
     finally:
         set_faults("gpu-a2", {})
         set_faults("gpu-b1", {})
+
+
+# What the rulebook acts on: roles/eda_rulebook's alerts, read from the role rather than copied.
+EDA_ALERTS = 'ALERTS{alertname=~"%s",alertstate="firing"}' % "|".join(yaml.safe_load(
+    (ROOT / "roles" / "eda_rulebook" / "defaults" / "main.yml").read_text())["eda_rulebook_alerts"])
+
+
+@pytest.fixture
+def eda(lab):
+    """The rulebook service (scripts/eda.sh, as make lab starts it), for the tests that watch it act. Left running
+    through the others it remediated every fault they injected, under them: runs that took the controller's
+    cores from the test and drained nodes it was checking. It starts with none of its alerts firing, so no
+    earlier test's alert reaches it, and stops after the test once the runs it started have ended."""
+    assert wait_for(EDA_ALERTS, lambda r: r == [], timeout=180) == [], "alerts the rulebook acts on still fire"
+    run("scripts/eda.sh", "start")
+    yield
+    run("scripts/eda.sh", "stop", check=False)
+    poll(lambda: subprocess.run(["pgrep", "-f", "remediate.yml"], capture_output=True).returncode,
+         lambda rc: rc != 0, 600)
 
 
 def remediation_log():
@@ -791,7 +842,7 @@ def poll(what, want, timeout):
         time.sleep(2)
 
 
-def test_a_gpu_fault_is_remediated_by_the_rulebook_with_no_person_in_the_loop(lab, tmp_path):
+def test_a_gpu_fault_is_remediated_by_the_rulebook_with_no_person_in_the_loop(lab, eda, tmp_path):
     """An Xid on gpu-b2, and nobody acts: gpu-b2's health textfile shows it, GPUXidErrors and GPUHealthCheckFailed
     fire, Alertmanager's eda receiver posts them to the lab's ansible-rulebook (scripts/eda.sh, started with the
     lab), which runs remediate.yml for gpu-b2 once (the alerts arrive several times within the cooldown):
