@@ -3,9 +3,8 @@
 # (build.sh) with its package lists emptied and the lists directory's time set to now, as if the image had
 # been built seconds ago. A cached image can then never hide a role that trusts a fresh-looking lists
 # directory (apt's cache_valid_time): every test run, whatever the age of the cache, starts where a
-# freshly built golden image does. The lab-only files of overlay/ go in too: apt's lookup of the lab's
-# package cache (scripts/apt-cache.sh) and the bytecode cache of Ansible's module payloads. Costs about two
-# seconds.
+# freshly built golden image does. The lab-only files of overlay/ go in too: dpkg's unsafe-io setting and
+# the bytecode cache of Ansible's module payloads. Costs about two seconds.
 # Usage: fresh.sh [--keep] [TAG]   derives TAG (default gpulab-node:latest, what Molecule's instances start
 #   from) and prints it. --keep prints TAG without deriving a new one when it exists: the lab's image
 #   (gpulab-node:lab) is derived once per lab, when it is brought up, so that re-running `make lab` keeps

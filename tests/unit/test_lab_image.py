@@ -1,9 +1,7 @@
 """The lab-only files lab/image/fresh.sh puts in node images: the bytecode cache of Ansible's module payloads
-gives back exactly what Python compiles, under this run's file name; apt's proxy lookup never sends a
-node's own loopback repository through the cache."""
+gives back exactly what Python compiles, under this run's file name."""
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,9 +58,3 @@ def test_a_different_source_is_a_different_entry(tmp_path, monkeypatch):
     code = cache._compile_source("/a/mod.py", SOURCE.replace(b"41", b"40"))
     assert run(code) == 41 and len(list((tmp_path / "cache").iterdir())) == 2
 
-
-def test_the_proxy_lookup_keeps_loopback_repositories_direct():
-    script = OVERLAY / "usr" / "local" / "sbin" / "gpulab-apt-proxy"
-    for url in ("http://127.0.0.1:8765/", "http://localhost:8765/", "http://localhost/"):
-        out = subprocess.run(["bash", str(script), url], capture_output=True, text=True, check=True).stdout
-        assert out == "DIRECT\n", url
