@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # make bench: every benchmark in turn, the lab converged (make bench brings it up). What they print goes to
 # the terminal and, when all of them finished, to tests/bench/last-run.txt (the README points there), headed
-# by the date, the commit and the machine. Mitogen (PyPI) is installed under .cache/mitogen, outside the venv,
-# for bench_cluster.py's strategy comparison; BENCH_MITOGEN=0 skips it.
+# by the date, the commit and the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${VENV:-.venv}/bin/python
-if [ "${BENCH_MITOGEN:-1}" != 0 ] && [ ! -d .cache/mitogen/ansible_mitogen ]; then
-  "$py" -m pip install -q --target .cache/mitogen "mitogen==${MITOGEN_VERSION:-0.3.54}"
-fi
 out=$(mktemp)
 {
   echo "# make bench $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'):" \

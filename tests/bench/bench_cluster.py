@@ -12,8 +12,8 @@ A timed site.yml re-run that changes anything fails the benchmark. Needs the lab
 The Ansible floor: right after each timed site.yml re-run, a generated playbook runs on the same hosts, over
 the same connection, as many no-op ansible.builtin.stat tasks as site.yml executed on each (its recap's ok and
 failed; skipped tasks are not executed); site.yml's time per executed node-task is printed as a ratio of the
-floor's (goal 1.5x). With Mitogen on PyPI (scripts/bench.sh installs it under .cache/mitogen), the sizes'
-smallest is timed once more under its mitogen_linear strategy, against the default strategy in the same run.
+floor's (goal 1.5x). The sizes' smallest is timed once more under Mitogen's mitogen_linear strategy
+(requirements.txt), against the default strategy in the same run.
 
 BENCH_SIZES="4 8 16" and BENCH_CONNECTION_NODES=4 choose the sizes; the bench containers stay until
 make lab-down.
@@ -43,7 +43,8 @@ SSH_PORT_BASE = 22000
 SIZES = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())
 
 
-MITOGEN = ROOT / ".cache" / "mitogen"  # pip install --target (scripts/bench.sh); never in the test venv
+import ansible_mitogen  # noqa: E402 - requirements.txt
+MITOGEN_STRATEGY = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
 
 
 def docker(*args):
@@ -54,8 +55,7 @@ def env(mitogen=False):
     e = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
              PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
     if mitogen:
-        e.update(PYTHONPATH=str(MITOGEN), ANSIBLE_STRATEGY="mitogen_linear",
-                 ANSIBLE_STRATEGY_PLUGINS=str(MITOGEN / "ansible_mitogen" / "plugins" / "strategy"))
+        e.update(ANSIBLE_STRATEGY="mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=str(MITOGEN_STRATEGY))
     return e
 
 
@@ -216,12 +216,11 @@ def main():
         if size == conn_size:
             ssh = results[size]
             docker_results = timed(inventory(size, "docker"), size)
-            if (MITOGEN / "ansible_mitogen").is_dir():
-                # Mitogen's interpreter discovery fails its first connection under ansible-core 2.19 ("EOF on
-                # stream"): both sides of this pair name the nodes' interpreter.
-                named = ("-e", "ansible_python_interpreter=/usr/bin/python3")
-                default_named = timed(inv, size, *named)
-                mitogen = timed(inv, size, *named, mitogen=True)
+            # Mitogen's interpreter discovery fails its first connection under ansible-core 2.19 ("EOF on
+            # stream"): both sides of this pair name the nodes' interpreter.
+            named = ("-e", "ansible_python_interpreter=/usr/bin/python3")
+            default_named = timed(inv, size, *named)
+            mitogen = timed(inv, size, *named, mitogen=True)
     base = sizes[0]
     print("converged site.yml re-run and verify.yml, N bench GPU nodes + LB + monitoring host, "
           "over SSH to loopback-published ports")
@@ -246,9 +245,6 @@ def main():
         (s_wall, s_tasks), (d_wall, d_tasks) = ssh[play], docker_results[play]
         print("  %-6s  ssh %7.1f s  docker exec %7.1f s  %.2fx  (node-tasks %d / %d)"
               % (play, s_wall, d_wall, d_wall / s_wall, s_tasks, d_tasks))
-    if not (MITOGEN / "ansible_mitogen").is_dir():
-        print("mitogen: not measured (no %s; scripts/bench.sh installs it)" % MITOGEN)
-        return
     print("mitogen_linear against the default strategy on %d nodes over SSH, in the same run "
           "(ratio < 1: Mitogen faster)" % conn_size)
     if "error" in mitogen:

@@ -43,9 +43,17 @@ SNAPSHOT = (r"dpkg-query -W -f '${Package} ${Version} ${Status}\n'; "
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root and a Docker engine")
 
 
+def mitogen_env():
+    """Mitogen's strategy for the lab's plays, as make lab runs them (LAB_MITOGEN=0: Ansible's own)."""
+    if os.environ.get("LAB_MITOGEN", "1") != "1":
+        return {}
+    import ansible_mitogen.plugins.strategy as strategy
+    return {"ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_STRATEGY_PLUGINS": os.path.dirname(strategy.__file__)}
+
+
 def ansible_env():
     return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+                PATH="%s:%s" % (BIN, os.environ.get("PATH", "")), **mitogen_env())
 
 
 # The output of the command running now, as it comes: when CI kills a stage that hangs, pytest's captured
@@ -321,7 +329,7 @@ def ansible_runner(tmp_path, play, ident, *args):
     pdd = tmp_path / "private_data_dir"
     (pdd / "env").mkdir(parents=True, exist_ok=True)
     (pdd / "env" / "envvars").write_text(yaml.safe_dump({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-                                                         "ANSIBLE_FORCE_COLOR": "0"}))
+                                                         "ANSIBLE_FORCE_COLOR": "0", **mitogen_env()}))
     (pdd / "env" / "cmdline").write_text(" ".join(
         ["--vault-password-file", str(ROOT / ".lab" / "vault-pass"), "-e", "@%s" % (ROOT / ".lab" / "secrets.vault.yml"),
          *args]))
