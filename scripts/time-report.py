@@ -3,12 +3,16 @@
 each integration test, the slowest tasks of every playbook run (callback_plugins/task_timings.py), and last,
 for each failed stage, what it was doing: the process tree lanes.py printed when it killed the stage, the last
 task its log names and the log's last lines (CI shows only the end of a long output).
-Usage: time-report.py DIR [BUDGET_SECONDS]; DIR holds stages.tsv, tasks.jsonl and *.xml (pytest JUnit)."""
+Every stage and lab test is shown beside its budget (tests/budgets.yml), OVER where it exceeded it.
+Usage: time-report.py DIR [BUDGET_SECONDS]; DIR holds stages.tsv, tasks.jsonl and *.xml (pytest JUnit);
+BUDGET_SECONDS defaults to the budget's total."""
 
 import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import budgets
 
 
 def stages(d):
@@ -35,23 +39,35 @@ def tasks(d):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def against(secs, budget):
+    """'budget  share' columns, and OVER when the budget is exceeded."""
+    if not budget:
+        return "%8s  %5s" % ("-", "")
+    return "%8d  %4.0f%%%s" % (budget, 100.0 * secs / budget, "  OVER" if secs > budget else "")
+
+
 def main():
     d = Path(sys.argv[1])
-    budget = int(sys.argv[2]) if len(sys.argv) > 2 else 2400
+    plan = budgets.read()
+    budget = int(sys.argv[2]) if len(sys.argv) > 2 else plan.get("total", 1800)
     rows = stages(d)
     print("\n===== where the time went (%s)" % d)
-    print("%-34s %8s  %s" % ("stage", "seconds", "result"))
+    print("%-34s %8s  %-15s %8s  %5s" % ("stage", "seconds", "result", "budget", "share"))
     for _, name, secs, status in [r for r in rows if r[1] != "total"] + [r for r in rows if r[1] == "total"]:
         indent = "  " if ":" in name else ""
-        print("%-34s %8d  %s" % (indent + name, secs, status))
+        print("%-34s %8d  %-15s %s" % (indent + name, secs, status,
+                                       against(secs, budget if name == "total" else plan["stages"].get(name))))
     total = [secs for _, name, secs, _ in rows if name == "total"]
     if total:
-        print("total %d s of the %d s budget (%.0f %%)" % (total[-1], budget, 100.0 * total[-1] / budget))
+        print("total %d s of the %d s budget (%.0f %%)%s" % (
+            total[-1], budget, 100.0 * total[-1] / budget,
+            "; CI's ceiling is %d s" % plan["ceiling"] if plan.get("ceiling") else ""))
     slow_tests = sorted((t for t in tests(d) if t[2].startswith("integration")), reverse=True)
     if slow_tests:
-        print("\n%-78s %8s" % ("integration test", "seconds"))
+        print("\n%-78s %8s  %8s  %5s" % ("integration test", "seconds", "budget", "share"))
         for secs, name, _, failed in slow_tests:
-            print("%-78s %8.0f%s" % (name[:78], secs, "  FAILED" if failed else ""))
+            print("%-78s %8.0f  %s%s" % (name[:78], secs, against(secs, plan["lab_tests"].get(name.split("::")[-1])),
+                                         "  FAILED" if failed else ""))
     timed = sorted(tasks(d), key=lambda r: -r["seconds"])
     if timed:
         print("\n%d slowest tasks of %d (%.0f s in tasks in all)" % (min(20, len(timed)), len(timed),

@@ -2,11 +2,14 @@
 scripts/lanes.py running commands side by side, and scripts/time-report.py reading what both recorded."""
 
 import json
+import re
 import os
 import time
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -82,7 +85,7 @@ def test_a_hung_lane_is_named_with_its_processes_and_killed(tmp_path):
     rc, out = lanes(tmp_path, 1, "hung=echo waiting; sh -c 'sleep 47'", "never=echo ran",
                     env={"LANE_LIMIT": "2"})
     assert rc != 0 and time.monotonic() - started < 30, out
-    assert "lanes: hung still running after 2 s (LANE_LIMIT); its processes:" in out
+    assert "lanes: hung still running after 2 s (its hard limit); its processes:" in out
     assert "sleep 47" in out and "lanes: hung FAILED" in out and "waiting\n" in out
     assert "lanes: not starting never" in out and "ran\n" not in out
     assert subprocess.run(["pgrep", "-f", "sleep 47"], capture_output=True).returncode == 1
@@ -94,25 +97,36 @@ def test_lanes_refuse_a_spec_without_a_name(tmp_path):
 
 
 def test_time_report_tables(tmp_path):
-    (tmp_path / "stages.tsv").write_text("100\tlint\t2\tpassed\n90\ttotal\t2100\tpassed\n"
-                                         "110\tmolecule:inference\t300\tFAILED (rc=2)\n")
+    (tmp_path / "stages.tsv").write_text("100\tyamllint\t2\tpassed\n90\ttotal\t2100\tpassed\n"
+                                         "110\tmolecule:inference\t900\tFAILED (rc=2)\n")
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
         {"stage": "integration", "playbook": "playbooks/site.yml", "play": "p", "task": "Install nginx",
          "seconds": 31.5},
         {"stage": "molecule:inference", "playbook": "molecule/inference/converge.yml", "play": "p",
          "task": "Stage the model", "seconds": 40.25})))
     (tmp_path / "integration.xml").write_text(
-        '<testsuites><testsuite><testcase classname="tests.integration.test_lab" name="test_converge" time="612.4"/>'
-        '<testcase classname="tests.integration.test_lab" name="test_faults" time="80.1"><failure/></testcase>'
-        '</testsuite></testsuites>')
+        '<testsuites><testsuite><testcase classname="tests.integration.test_lab" name="test_lab_up_rerun_changes_nothing"'
+        ' time="612.4"/><testcase classname="tests.integration.test_lab" name="test_faults" time="80.1"><failure/>'
+        '</testcase></testsuite></testsuites>')
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "time-report.py"), str(tmp_path), "2400"],
                          capture_output=True, text=True, check=True).stdout
-    lines = out.splitlines()
-    assert lines.index("lint                                      2  passed") < \
-        lines.index("  molecule:inference                    300  FAILED (rc=2)") < \
-        lines.index("total                                  2100  passed")  # in the order they started, total last
-    assert "  molecule:inference                    300  FAILED (rc=2)" in lines
-    assert "total 2100 s of the 2400 s budget (88 %)" in out
-    assert out.index("test_lab::test_converge") < out.index("test_lab::test_faults") and "80  FAILED" in out
+    budget = yaml.safe_load((ROOT / "tests" / "budgets.yml").read_text())
+    lines = [line.split() for line in out.splitlines()]
+    table = lines[lines.index(["stage", "seconds", "result", "budget", "share"]) + 1:][:3]
+    assert [words[0] for words in table] == ["yamllint", "molecule:inference", "total"]  # as started, total last
+    row = {words[0]: words for words in table}
+    # each stage beside its budget and share; over budget says so
+    assert row["yamllint"][1:] == ["2", "passed", str(budget["stages"]["yamllint"]),
+                               "%.0f%%" % (200.0 / budget["stages"]["yamllint"])]
+    inference = budget["stages"]["molecule:inference"]
+    assert row["molecule:inference"][1:5] == ["900", "FAILED", "(rc=2)", str(inference)]
+    assert (row["molecule:inference"][-1] == "OVER") == (900 > inference)
+    assert row["total"][1:] == ["2100", "passed", "2400", "88%"]
+    assert "total 2100 s of the 2400 s budget (88 %%); CI's ceiling is %d s" % budget["ceiling"] in out
+    rerun = budget["lab_tests"]["test_lab_up_rerun_changes_nothing"]
+    test_row = next(words for words in lines if words and words[0] == "test_lab::test_lab_up_rerun_changes_nothing")
+    assert test_row[1:4] == ["612", str(rerun), "%.0f%%" % (61240.0 / rerun)] and test_row[-1] == "OVER"
+    assert out.index("test_lab::test_lab_up_rerun_changes_nothing") < out.index("test_lab::test_faults")
+    assert re.search(r"test_lab::test_faults +80 +- +FAILED", out)  # no budget: a dash
     assert out.index("Stage the model") < out.index("Install nginx")
     assert "2 slowest tasks of 2 (72 s in tasks in all)" in out
