@@ -887,14 +887,18 @@ def test_a_gpu_fault_is_remediated_by_the_rulebook_with_no_person_in_the_loop(la
             failed = poll(lambda: alerts_firing("NodeRemediationFailed"), lambda r: r != [], 180)
             assert failed == ["gpu-b2"], failed
             runs = remediation_log()[runs_before:]
-            assert [(r["node"], r["alert"]["status"], r["final"]["ready"]) for r in runs] == \
+            assert [(r["node"], r["alert"]["status"], r["final"]["ready"]) for r in runs][:1] == \
                 [("gpu-b2", "firing", False)], runs
+            # a flapped check's re-check, if any, found the node failing too
+            assert all((r["alert"]["status"], r["first"]["ready"], r["final"]["ready"]) == ("resolved", False, False)
+                       for r in runs[1:]), runs
             assert runs[0]["alert"]["name"] in ("GPUXidErrors", "GPUHealthCheckFailed")
             assert any("GPU4 xid" in reason for reason in runs[0]["final"]["reasons"]), runs[0]
-            bundles = set(diagnostics.glob("*.tar.gz")) - bundles_before
-            assert [b.name.rsplit("-", 1)[0] for b in bundles] == ["gpu-b2"], bundles
-            assert Path(runs[0]["bundle"]).resolve() == next(iter(bundles)).resolve(), runs[0]
-            with tarfile.open(bundles.pop()) as tar:
+            # one bundle per run that found the node failing, all of them gpu-b2's
+            bundles = {b.resolve() for b in set(diagnostics.glob("*.tar.gz")) - bundles_before}
+            assert sorted(b.name.rsplit("-", 1)[0] for b in bundles) == ["gpu-b2"] * len(runs), bundles
+            assert Path(runs[0]["bundle"]).resolve() in bundles, runs[0]
+            with tarfile.open(runs[0]["bundle"]) as tar:
                 manifest = json.load(tar.extractfile("manifest.json"))
                 smi = tar.extractfile("nvidia-smi-q.txt").read().decode()
                 verify = json.load(tar.extractfile("node_verify.json"))
@@ -921,16 +925,21 @@ def test_a_gpu_fault_is_remediated_by_the_rulebook_with_no_person_in_the_loop(la
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["failed"] == 0 and summary["ok"] > 100, summary
     assert all(state[n] == "serving" for state in seen for n in others), seen
-    runs = remediation_log()[runs_before:]
-    assert [(r["node"], r["alert"]["status"], r["first"]["ready"], r["final"]["ready"], r["quarantined_before"])
-            for r in runs] == [("gpu-b2", "firing", False, False, False), ("gpu-b2", "resolved", True, True, True)], runs
-    assert [b.name.rsplit("-", 1)[0] for b in set(diagnostics.glob("*.tar.gz")) - bundles_before] == ["gpu-b2"]
+    runs = [(r["node"], r["alert"]["status"], r["first"]["ready"], r["final"]["ready"], r["quarantined_before"])
+            for r in remediation_log()[runs_before:]]
+    # One run for the firing alerts; the last resolution returned the node. A resolution between them (a check
+    # that flapped while the Xid stayed: the health timer seeing Fabric Manager restart) may re-check the node,
+    # and then it must have found it failing and kept it out.
+    assert runs[0] == ("gpu-b2", "firing", False, False, False) and runs[-1] == ("gpu-b2", "resolved", True, True, True), runs
+    assert all(run == ("gpu-b2", "resolved", False, False, True) for run in runs[1:-1]), runs
+    assert sorted(b.name.rsplit("-", 1)[0] for b in set(diagnostics.glob("*.tar.gz")) - bundles_before) == \
+        ["gpu-b2"] * sum(1 for run in runs if not run[2])  # a bundle from each run that found it failing
     # By hand, on the healthy cluster: every node checked, nothing changed, nothing logged.
     rc, out = playbook("playbooks/remediate.yml")
     hosts = recap(out)
     assert all(hosts[n]["changed"] == 0 and hosts[n]["failed"] == 0 for n in GPU_NODES), hosts
     assert all("%s: healthy" % n in out for n in GPU_NODES), out[-3000:]
-    assert len(remediation_log()) == runs_before + 2
+    assert len(remediation_log()) == runs_before + len(runs)
     status, answer, tls = complete(lb_ca(tmp_path))
     assert status == 200, answer
 

@@ -222,8 +222,9 @@ def test_the_committed_controller_rulebook_is_the_rendered_default(tmp_path):
     rules = book[0]["rules"]
     assert [r["action"]["run_job_template"]["name"] for r in rules] == ["gpu-lab remediate"] * 2
     assert all(r["action"]["run_job_template"]["job_args"]["limit"] == "{{ event.alert.labels.node }}" for r in rules)
-    assert all(r["throttle"] == {"once_within": "120 seconds", "group_by_attributes": ["event.alert.labels.node"]}
-               for r in rules)
+    assert [r["throttle"] for r in rules] == [
+        {"once_within": "120 seconds", "group_by_attributes": ["event.alert.labels.node"]},
+        {"once_after": "30 seconds", "group_by_attributes": ["event.alert.labels.node"]}]
     assert "ansible.eda.alertmanager" in book[0]["sources"][0]
 
 
@@ -259,6 +260,8 @@ STAND_IN = """\
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="ansible-rulebook needs Java 17 (make setup installs it)")
 def test_the_rulebook_runs_once_per_node_per_cooldown_and_again_on_resolution(tmp_path):
+    """Firing alerts: one run per node per cooldown. Resolutions: one re-check for those arriving together, after
+    the settle time; a resolution after that (the real one, after a check flapped) gets its own run."""
     log = tmp_path / "runs.log"
     playbook = tmp_path / "stand_in.yml"
     playbook.write_text(STAND_IN.format(log=log))
@@ -269,7 +272,7 @@ def test_the_rulebook_runs_once_per_node_per_cooldown_and_again_on_resolution(tm
     port = _free_port()
     rulebook = _render(tmp_path, "local", eda_rulebook_listen_host="127.0.0.1", eda_rulebook_listen_port=port,
                        eda_rulebook_playbook=str(playbook), eda_rulebook_reports_dir=str(tmp_path / "reports"),
-                       eda_rulebook_extra_vars={})
+                       eda_rulebook_extra_vars={}, eda_rulebook_resolve_settle_seconds=2)
     jsonschema.validate(yaml.safe_load(rulebook.read_text()), _schema())
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), PATH="%s:%s" % (BIN, os.environ["PATH"]))
     env.pop("GPULAB_TASK_TIMES", None)
@@ -288,12 +291,18 @@ def test_the_rulebook_runs_once_per_node_per_cooldown_and_again_on_resolution(tm
         for payload in burst:
             assert _post(port, json.dumps(payload).encode())[0] == 202
         _wait_lines(log, 2, proc)
-        assert _post(port, json.dumps(notification(alert("gpu-b2", status="resolved"), status="resolved")).encode())[0] == 202
+        resolved = json.dumps(notification(alert("gpu-b2", status="resolved"), status="resolved")).encode()
+        flapped = json.dumps(notification(alert("gpu-b2", "GPUHealthCheckFailed", gpu="0", status="resolved"),
+                                          status="resolved")).encode()
+        assert _post(port, flapped)[0] == 202 and _post(port, flapped)[0] == 202  # together: one re-check
         _wait_lines(log, 3, proc)
-        time.sleep(3)  # anything still coming would be a second run within the cooldown
+        assert _post(port, resolved)[0] == 202  # within the firing cooldown, after the first re-check: not dropped
+        _wait_lines(log, 4, proc)
+        time.sleep(4)  # anything still coming would be a run too many
         runs = sorted(log.read_text().splitlines())
         reports = str(tmp_path / "reports")
         assert runs == sorted(["gpu-b2 GPUXidErrors firing " + reports, "gpu-b3 CoolantLeak firing " + reports,
+                               "gpu-b2 GPUHealthCheckFailed resolved " + reports,
                                "gpu-b2 GPUXidErrors resolved " + reports]), runs
     finally:
         proc.terminate()
