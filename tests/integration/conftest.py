@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import budgets  # noqa: E402 - scripts/budgets.py
 
-LAB_TESTS = budgets.read()["lab_tests"]
+LAB_TESTS = budgets.read(Path(os.environ.get("GPULAB_BUDGETS", budgets.BUDGETS)))["lab_tests"]
 LIVE = Path(os.environ.get("GPULAB_TIMES_DIR", ROOT / ".cache" / "times")) / "logs" / "integration-lab.live"
 
 
@@ -23,13 +23,54 @@ class HardLimit(Exception):
     """A lab test ran past HARD_LIMIT_FACTOR times its budget."""
 
 
+def on_nodes():
+    """What each lab node is running that started since the test began (apt, dpkg, a unit waiting), bounded."""
+    out = []
+    try:
+        names = subprocess.run(["docker", "ps", "--filter", "label=gpulab.lab=1", "--format", "{{.Names}}"],
+                               capture_output=True, text=True, check=False, timeout=20).stdout.split()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "  (docker ps: %s)" % e
+    for name in sorted(names):
+        try:
+            ps = subprocess.run(["docker", "exec", name, "ps", "-eo", "pid,etimes,stat,args", "--forest"],
+                                capture_output=True, text=True, check=False, timeout=10).stdout.splitlines()
+        except subprocess.TimeoutExpired:
+            ps = ["  (ps did not answer within 10 s)"]
+        out.append("%s:\n%s" % (name, "\n".join("  " + line for line in ps[:40])))
+    return "\n".join(out)
+
+
+def kill_descendants():
+    """SIGKILL every process below this one (ansible-playbook, its forks and ssh, a load generator): what the
+    hung test started must not outlive it."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, found = [os.getpid()], []
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def what_it_waits_on(name, limit):
     lines = LIVE.read_text(errors="replace").splitlines() if LIVE.exists() else []
     tree = subprocess.run(["ps", "-o", "pid,etimes,stat,args", "--forest", "-g", str(os.getpgrp())],
                           capture_output=True, text=True, check=False).stdout
     return "%s ran past its hard limit of %d s (%d x its budget in tests/budgets.yml)\nit was running: %s\n%s\n" \
-           "processes:\n%s" % (name, limit, budgets.HARD_LIMIT_FACTOR, lines[0] if lines else "(no command)",
-                               "\n".join("  " + line for line in lines[1:][-15:]), tree)
+           "processes:\n%s\non the lab's nodes:\n%s" % (
+               name, limit, budgets.HARD_LIMIT_FACTOR, lines[0] if lines else "(no command)",
+               "\n".join("  " + line for line in lines[1:][-15:]), tree, on_nodes())
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -42,8 +83,10 @@ def pytest_runtest_protocol(item, nextitem):
     limit = budgets.hard_limit(budget)
 
     def expired(signum, frame):
-        # Raised in the main thread: subprocess.run kills the command it waits on, pytest reports the test.
-        raise HardLimit(what_it_waits_on(item.name, limit))
+        # Raised in the main thread once what it ran is killed: pytest reports the test and goes on.
+        report = what_it_waits_on(item.name, limit)
+        kill_descendants()
+        raise HardLimit(report)
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(limit)

@@ -130,3 +130,45 @@ def test_time_report_tables(tmp_path):
     assert re.search(r"test_lab::test_faults +80 +- +FAILED", out)  # no budget: a dash
     assert out.index("Stage the model") < out.index("Install nginx")
     assert "2 slowest tasks of 2 (72 s in tasks in all)" in out
+
+
+HUNG_LAB_TEST = """
+import subprocess
+
+
+def test_waits_forever():
+    subprocess.run(["sh", "-c", "echo waiting; sleep 47"], check=True)
+
+
+def test_after_it():
+    assert True
+"""
+
+
+def test_a_lab_test_past_its_hard_limit_is_named_with_its_processes_and_stopped(tmp_path):
+    """tests/integration/conftest.py: a lab test at 3 x its budget fails, naming itself, the limit and the
+    process it waited on; the command is killed and the next test runs."""
+    (tmp_path / "test_lab.py").write_text(HUNG_LAB_TEST)
+    (tmp_path / "budgets.yml").write_text("---\ntotal: 10\nlab_tests:\n  test_waits_forever: 1\n  test_after_it: 1\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "tests.integration.conftest", str(tmp_path / "test_lab.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, GPULAB_BUDGETS=str(tmp_path / "budgets.yml"),
+                                   GPULAB_TIMES_DIR=str(tmp_path / "times")))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and time.monotonic() - started < 30, out
+    assert "test_waits_forever ran past its hard limit of 3 s (3 x its budget in tests/budgets.yml)" in out
+    assert "sleep 47" in out and "1 failed, 1 passed" in out
+    assert subprocess.run(["pgrep", "-f", "sleep 47"], capture_output=True).returncode == 1
+
+
+def test_a_lab_test_without_a_budget_stops_the_run(tmp_path):
+    (tmp_path / "test_lab.py").write_text(HUNG_LAB_TEST)
+    (tmp_path / "budgets.yml").write_text("---\nlab_tests:\n  test_after_it: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "tests.integration.conftest", str(tmp_path / "test_lab.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, GPULAB_BUDGETS=str(tmp_path / "budgets.yml")))
+    assert proc.returncode != 0 and "lab tests without a budget in tests/budgets.yml: test_waits_forever" in \
+        proc.stdout + proc.stderr
