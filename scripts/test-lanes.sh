@@ -8,10 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lab/image/build.sh >/dev/null   # the node image, built once before the lanes share it
-specs=("integration-lab=make --no-print-directory integration-lab"
-       "yamllint=make --no-print-directory yamllint"
-       "ansible-lint=make --no-print-directory ansible-lint"
-       "unit=make --no-print-directory unit"
-       "integration-inventories=make --no-print-directory integration-inventories")
-mapfile -t -O ${#specs[@]} specs < <(scripts/molecule-all.sh --specs)
+# The lab's lane is the longest: the other stages run at a lower CPU priority (nice), and its nodes carry a
+# higher CPU weight than Molecule's instances (playbooks/lab/up.yml, lab_cpu_shares), so when both want the
+# two cores the lab goes first and the others fill the time it waits.
+others=("yamllint=make --no-print-directory yamllint"
+        "ansible-lint=make --no-print-directory ansible-lint"
+        "unit=make --no-print-directory unit"
+        "integration-inventories=make --no-print-directory integration-inventories")
+mapfile -t -O ${#others[@]} others < <(scripts/molecule-all.sh --specs)
+specs=("integration-lab=make --no-print-directory integration-lab")
+for spec in "${others[@]}"; do specs+=("${spec%%=*}=nice -n 10 sh -c '${spec#*=}'"); done
 exec "${VENV:-.venv}/bin/python" scripts/lanes.py "${TEST_JOBS:-3}" "$GPULAB_TIMES_DIR/logs" "${specs[@]}"

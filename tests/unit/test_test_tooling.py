@@ -104,7 +104,7 @@ def test_time_report_tables(tmp_path):
          "seconds": 31.5},
         {"stage": "molecule:inference", "playbook": "molecule/inference/converge.yml", "play": "p",
          "task": "Stage the model", "seconds": 40.25})))
-    (tmp_path / "integration.xml").write_text(
+    (tmp_path / "integration-lab.xml").write_text(
         '<testsuites><testsuite><testcase classname="tests.integration.test_lab" name="test_lab_up_rerun_changes_nothing"'
         ' time="612.4"/><testcase classname="tests.integration.test_lab" name="test_faults" time="80.1"><failure/>'
         '</testcase></testsuite></testsuites>')
