@@ -9,6 +9,12 @@ for unit in systemd-udevd.service systemd-udevd-control.socket systemd-udevd-ker
             apt-daily.timer apt-daily-upgrade.timer; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
+# /tmp is not emptied at boot (Debian's tmp.conf says D, remove at boot): Molecule's docker connection runs
+# its first task as soon as the container starts, and systemd-tmpfiles removed the module payload it had just
+# written there ("No such file or directory: /tmp/ansible_..._payload.zip", a CI run of nvidia_driver). An
+# image's /tmp starts empty anyway.
+mkdir -p "$root/etc/tmpfiles.d"
+echo 'd /tmp 1777 root root -' > "$root/etc/tmpfiles.d/tmp.conf"
 # sshd: keys only, root login by key (the lab's management access).
 mkdir -p "$root/root/.ssh" "$root/etc/ssh/sshd_config.d"
 chmod 700 "$root/root/.ssh"
