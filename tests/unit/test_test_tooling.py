@@ -172,3 +172,47 @@ def test_a_lab_test_without_a_budget_stops_the_run(tmp_path):
                           env=dict(os.environ, GPULAB_BUDGETS=str(tmp_path / "budgets.yml")))
     assert proc.returncode != 0 and "lab tests without a budget in tests/budgets.yml: test_waits_forever" in \
         proc.stdout + proc.stderr
+
+
+DELEGATED = """
+- name: Run a custom module on the controller for two hosts at once
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Name the process that runs the delegated module
+      ansible.builtin.shell: ps -o args= -p "$PPID"
+      delegate_to: localhost
+      changed_when: false
+      register: runner
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "RUNNER {{ runner.stdout }}"
+"""
+
+
+def test_lab_tasks_delegated_to_the_controller_bypass_mitogen(tmp_path):
+    """Under the lab's Mitogen strategy, the lab inventory's localhost runs delegated tasks through Ansible's own
+    local connection (a process per task), not a Mitogen context shared by every host's task (a forked
+    custom module there could wait forever on a lock)."""
+    import ansible_mitogen.plugins.strategy as strategy
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "localhost.yml").write_text(
+        (ROOT / "inventories" / "lab" / "host_vars" / "localhost.yml").read_text())
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n"
+                                        "    h2: {ansible_connection: local}\n")
+    (tmp_path / "play.yml").write_text(DELEGATED)
+    env = dict(os.environ, ANSIBLE_STRATEGY="mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=os.path.dirname(
+        strategy.__file__), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+                           str(tmp_path / "play.yml")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runners = re.findall(r'"msg": "RUNNER (.*)"', proc.stdout)
+    assert len(runners) == 2, proc.stdout
+    assert all("AnsiballZ_command.py" in r and "mitogen" not in r for r in runners), runners
+    # Without the file, the same play runs in Mitogen's context: the test can tell the two apart.
+    (tmp_path / "host_vars" / "localhost.yml").unlink()
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+                           str(tmp_path / "play.yml")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert re.findall(r'"msg": "RUNNER (.*mitogen.*)"', proc.stdout), proc.stdout
