@@ -17,6 +17,7 @@ import re
 import sys
 from collections.abc import Mapping
 
+import jinja2
 from ansible.errors import AnsibleFilterError
 
 # power.py of this directory (rack budgets): importable by name however Ansible loaded this file
@@ -44,6 +45,8 @@ class Ctx:
         self.profiles = settings.get("profiles") or {}
         self._cache = {}
         self._hosts = {}
+        self._names = {}
+        self.counts = {}
 
     def _vars(self, host):
         """The host's variables, read once: Ansible computes a host's whole variable set on each hostvars[h]."""
@@ -55,38 +58,47 @@ class Ctx:
         return self._hosts[host]
 
     def var(self, host, name, default=None):
-        """A host's variable (templated by Ansible on access), default when unset; errors are findings."""
+        """A host's variable, default when unset, as plain dicts, lists and scalars: Ansible templates a value
+        on access and the items of a list or mapping only when they are read, so the whole value is read here
+        and anything that cannot be evaluated (a variable it names undefined, a vaulted one among them) is a
+        finding naming the host and the variable, never a check that cannot run."""
         key = (host, name)
         if key not in self._cache:
             try:
                 hv = self._vars(host)
-                self._cache[key] = (hv[name], None) if name in hv else (default, None)
+                self._cache[key] = (_plain(hv[name]), None) if name in hv else (default, None)
             except Exception as e:  # noqa: BLE001 - a variable that cannot be evaluated is a finding
-                self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, str(e).splitlines()[0][:200]))
+                self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, _reason(e)))
         return self._cache[key][0]
 
     def has(self, host, name):
-        try:
-            return name in self._vars(host)
-        except Exception:  # noqa: BLE001
-            return False
+        """Whether the host sets the variable (the names are read once per host: the role-argument check asks
+        for every option of every role on every host)."""
+        if host not in self._names:
+            try:
+                self._names[host] = frozenset(self._vars(host).keys())
+            except Exception:  # noqa: BLE001 - a host whose variables cannot be listed sets none here
+                self._names[host] = frozenset()
+        return name in self._names[host]
+
+    def failed(self, host, name):
+        """Whether reading the variable failed (its finding is reported once, by errors())."""
+        self.var(host, name)
+        return self._cache[(host, name)][1] is not None
 
     def errors(self):
         return [(h, err) for (h, _n), (_v, err) in sorted(self._cache.items()) if err]
 
 
+def _reason(error):
+    """An error's first line, without the exception class ansible-core puts in front of a templating error."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:200]
+
+
 def _is_seq(value):
     """A list as Ansible hands it over (a list, or a lazy tuple of a templated value)."""
     return isinstance(value, (list, tuple))
-
-
-def _plain(value):
-    """Lists, tuples and mappings as plain lists and dicts, to compare values however Ansible built them."""
-    if isinstance(value, Mapping):
-        return dict((k, _plain(v)) for k, v in value.items())
-    if _is_seq(value):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _is_int(value):
@@ -315,7 +327,8 @@ def plain_text_secrets(sources, names):
     whole-file vault, not a template that reads it from elsewhere."""
     import yaml  # pylint: disable=import-outside-toplevel
 
-    class Loader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+    # libyaml's loader where PyYAML has it: a 1,000-host inventory file parses in a tenth of the time.
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # pylint: disable=too-many-ancestors
         pass
 
     Loader.add_constructor("!vault", lambda loader, node: _Vaulted())
@@ -483,7 +496,7 @@ def _yaml_file(path):
     if path not in _YAML_FILES:
         try:
             with open(path) as handle:
-                _YAML_FILES[path] = yaml.safe_load(handle) or {}
+                _YAML_FILES[path] = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         except OSError:
             _YAML_FILES[path] = {}
     return _YAML_FILES[path]
@@ -528,18 +541,24 @@ def check_role_arguments(ctx):
         specs = role_specs(ctx.s.get("roles_dir"))
     for role, spec in sorted(specs.items()):
         for host in ctx.all:
-            params = dict((k, ctx.var(host, k)) for k in spec if ctx.has(host, k))
+            params = dict((k, ctx.var(host, k)) for k in spec if ctx.has(host, k) and not ctx.failed(host, k))
             if not params:
                 continue
+            ctx.counts["role_values"] = ctx.counts.get("role_values", 0) + len(params)
             wanted = dict((k, _optional(spec[k])) for k in params)
-            result = ArgumentSpecValidator(wanted).validate(_plain(params))
+            result = ArgumentSpecValidator(wanted).validate(params)
             for err in result.errors:
                 yield host, _spec_message(role, err, params, spec)
 
 
 def _plain(value):
     """Plain dicts, lists and scalars. The validator deep-copies its input, and a deep copy of ansible-core's
-    lazily templated containers costs seconds per role on a real inventory."""
+    lazily templated containers costs seconds per role on a real inventory. An undefined value anywhere in it
+    (ansible-core hands over a marker for a variable a template names but nothing defines, a vaulted one the
+    run was not given) raises its own error here, naming the variable."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # raises the undefined error with its message
+        raise AnsibleFilterError("an undefined value")
     if isinstance(value, Mapping):
         return dict((k if isinstance(k, (int, float, bool)) or k is None else str(k), _plain(v))
                     for k, v in value.items())
@@ -596,24 +615,76 @@ CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, 
           check_profiles, check_power, check_node_plans, check_inference_settings, check_role_arguments]
 
 
-def preflight_findings(groups, hostvars, settings):
-    """[(host, text)] of every check over the inventory."""
+def _rack_count(ctx):
+    return len([g for g in ctx.groups if g.startswith(ctx.s.get("rack_prefix", "rack_"))])
+
+
+def _rail_count(ctx):
+    rails = ctx.var(ctx.gpu[0], ctx.s.get("rails_var", "rdma_rails"), []) if ctx.gpu else []
+    return len(rails) if _is_seq(rails) else 0
+
+
+# What each check family read, for the one line per family a passing preflight prints (a check without an
+# entry is named after its function).
+CHECKED = {
+    check_controller: lambda ctx: "controller: ansible-core %s, Python %s" % (
+        ctx.s.get("ansible_version"), ctx.s.get("python_version")),
+    check_host_names: lambda ctx: "host names: %d hosts" % len(ctx.all),
+    check_addresses: lambda ctx: "management addresses: %d hosts" % len(ctx.all),
+    check_gpu_nodes: lambda ctx: "GPU nodes: %d, each with a node_index, a known hardware_profile and one rack of %d"
+    % (len(ctx.gpu), _rack_count(ctx)),
+    check_rails: lambda ctx: "RoCE rails: %d rails for %d GPU nodes" % (_rail_count(ctx), len(ctx.gpu)),
+    check_secrets: lambda ctx: "secrets: %d required on %d hosts, none in plain text in the inventory" % (
+        len(ctx.s.get("required_secrets") or []), len(ctx.all)),
+    check_profiles: lambda ctx: "hardware profiles: %d in the catalogue" % len(ctx.profiles),
+    check_power: lambda ctx: "rack power budgets: %d racks" % _rack_count(ctx),
+    check_node_plans: lambda ctx: "node plans: %d GPU nodes (power limits, caps, thermal thresholds)" % len(ctx.gpu),
+    check_inference_settings: lambda ctx: "inference settings: %d GPU nodes" % len(ctx.gpu),
+    check_role_arguments: lambda ctx: "role arguments: %d inventory values against %d roles' argument specs" % (
+        ctx.counts.get("role_values", 0), len(ctx.s.get("role_specs") or role_specs(ctx.s.get("roles_dir")))),
+}
+
+
+def _run(groups, hostvars, settings):
+    """(findings [(host, text)], checked [line per check family]) of every check over the inventory."""
     ctx = Ctx(groups, hostvars, settings or {})
-    findings = []
+    findings, checked = [], []
     for check in CHECKS:
         try:
-            findings.extend(check(ctx))
+            found = list(check(ctx))
         except Exception as e:  # noqa: BLE001 - a check that breaks is a finding, never a traceback
-            findings.append(("preflight", "check %s could not run: %s: %s" % (check.__name__, type(e).__name__, e)))
+            found = [("preflight", "check %s could not run: %s: %s" % (check.__name__, type(e).__name__, e))]
+        findings.extend(found)
+        try:
+            line = CHECKED[check](ctx) if check in CHECKED else check.__name__[len("check_"):].replace("_", " ")
+        except Exception as e:  # noqa: BLE001 - a count that cannot be made is named, never a traceback
+            line = "%s (%s)" % (check.__name__, type(e).__name__)
+        checked.append("%s%s" % (line, ": %d problem(s)" % len(found) if found else ""))
     findings.extend(ctx.errors())
-    return findings
+    return findings, checked
+
+
+def preflight_findings(groups, hostvars, settings):
+    """[(host, text)] of every check over the inventory."""
+    return _run(groups, hostvars, settings)[0]
+
+
+def preflight_results(groups, hostvars, settings):
+    """{'problems': report lines (preflight_report), 'checked': one line per check family, what it read}, from
+    one pass over the inventory."""
+    findings, checked = _run(groups, hostvars, settings)
+    return {"problems": _report_lines(findings, settings), "checked": checked}
 
 
 def preflight_report(groups, hostvars, settings):
     """Report lines: one per distinct problem, naming its hosts ("a, b and 3 more: text"), sorted."""
+    return _report_lines(preflight_findings(groups, hostvars, settings), settings)
+
+
+def _report_lines(findings, settings):
     max_hosts = int((settings or {}).get("report_max_hosts", 6))
     by_text = {}
-    for host, text in preflight_findings(groups, hostvars, settings):
+    for host, text in findings:
         hosts = by_text.setdefault(text, [])
         if host not in hosts:
             hosts.append(host)
@@ -627,4 +698,4 @@ def preflight_report(groups, hostvars, settings):
 
 class FilterModule:
     def filters(self):
-        return {"preflight_report": preflight_report}
+        return {"preflight_report": preflight_report, "preflight_results": preflight_results}

@@ -105,3 +105,28 @@ def test_any_value_anywhere_gives_findings_not_a_traceback(host, key, value):
     assert all(isinstance(line, str) and ": " in line for line in lines)
     assert not any("could not run" in line for line in lines), lines
     assert not any(SECRET in line for line in lines), lines
+
+
+def test_an_undefined_variable_is_a_finding_naming_it_never_a_check_that_cannot_run():
+    """ansible-core hands a variable whose template names an undefined one (a vaulted file not passed) over as
+    a marker, alone or inside a list; every check reading it gets a finding that names host and variable."""
+    import jinja2
+    groups, hostvars = inventory()
+    hostvars["lb-1"]["inference_lb_tls_certificate"] = jinja2.StrictUndefined(name="vault_inference_lb_certificate")
+    hostvars["gpu-a1"]["rdma_rails"] = [{"name": "rail0", "subnet": jinja2.StrictUndefined(name="vault_rail0"),
+                                         "mtu": 9000}]
+    lines = report(groups, hostvars)
+    assert "lb-1: inference_lb_tls_certificate cannot be evaluated: 'vault_inference_lb_certificate' is undefined" \
+        in lines, lines
+    assert "gpu-a1: rdma_rails cannot be evaluated: 'vault_rail0' is undefined" in lines, lines
+    assert not any("could not run" in line for line in lines), lines
+
+
+def test_results_say_what_each_check_family_read():
+    results = preflight.preflight_results(*inventory(), SETTINGS)
+    assert results["problems"] == []
+    assert [line.split(":")[0] for line in results["checked"]] == [
+        "controller", "host names", "management addresses", "GPU nodes", "RoCE rails", "secrets",
+        "hardware profiles", "rack power budgets", "node plans", "inference settings", "role arguments"]
+    assert "GPU nodes: 2, each with a node_index, a known hardware_profile and one rack of 2" in results["checked"]
+    assert "RoCE rails: 1 rails for 2 GPU nodes" in results["checked"]
