@@ -510,8 +510,8 @@ def check_node_plans(ctx):
 def check_node_caps(ctx):
     """Every node cap the run would write (bmc_power_node_cap_watts, or the node's even share of its rack's
     rack_power_budget_watts) covers the node's GPUs at the limits its plan sets plus the profile's non_gpu_watts:
-    a cap below that throttles the node under its own GPU limits, or below what it draws idle. One line names
-    the rack, the node(s), the cap and where it comes from, and the floor and how it adds up."""
+    a BMC holding a cap below that throttles the node under the GPU limits the same run sets. One line names the
+    rack, the node(s), the cap and where it comes from, and the floor and how it adds up."""
     for host, (plan, _error) in _plans(ctx).items():
         if plan is None:
             continue
@@ -589,7 +589,8 @@ def check_bmc(ctx):
             used.setdefault(key, []).append(host)
     for key, holders in sorted(used.items()):
         if len(holders) > 1:
-            yield ", ".join(holders), "bmc_power_address %s is used by %d hosts (one BMC per node)" % (key, len(holders))
+            yield ", ".join(holders), "bmc_power_address %s is used by %d hosts (one BMC per node)" % (
+                key, len(holders))
     for host, (plan, _error) in _plans(ctx).items():
         cap = plan["power"]["node_cap_watts"] if plan else None
         if cap is not None and ctx.var(host, "bmc_power_address", "") in (None, ""):
