@@ -102,7 +102,9 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     if hardware_profile not in catalogue:
         raise AnsibleFilterError("node_plan: %s: hardware_profile=%s is not a key of hardware_profiles "
                                  "(known: %s)" % (host, hardware_profile, ", ".join(sorted(catalogue))))
-    overrides = dict((k, v) for k, v in (thermal_overrides or {}).items() if k == hardware_profile)
+    overrides = thermal_overrides or {}
+    if isinstance(overrides, Mapping):  # anything else: power_thermal_profiles names it
+        overrides = dict((k, v) for k, v in overrides.items() if k == hardware_profile)
     profile = dict(power_thermal_profiles({hardware_profile: catalogue[hardware_profile]}, overrides)[hardware_profile])
     limits = power_gpu_limits(profile, limit_watts=gpu_power_limit_watts, node_budget_watts=gpu_power_node_budget_watts,
                               per_gpu=gpu_power_limits_watts, host=host, profile_name=hardware_profile)
@@ -112,9 +114,13 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     model = profile.get("acceptance_model")
     rack = node_rack(group_names, rack_prefix)
     cap = _power._int(node_cap_watts or 0, "bmc_power_node_cap_watts", host)
+    share, source = None, "bmc_power_node_cap_watts" if cap > 0 else None
     if cap <= 0 and rack_budget_watts not in (None, "", 0) and rack:
         # no explicit cap: the node's even share of its rack's budget (power_rack_split, as bmc_power applies it)
-        cap = _power.power_rack_split(rack_budget_watts, (groups or {}).get(rack) or [host], rack).get(host, 0)
+        share = _power.power_rack_split(rack_budget_watts, (groups or {}).get(rack) or [host], rack).get(host, 0)
+        cap, source = share, "rack_power_budget_watts"
+    non_gpu = profile.get("non_gpu_watts")
+    non_gpu = non_gpu if isinstance(non_gpu, int) and not isinstance(non_gpu, bool) else None
     return {
         "host": host,
         "profile_name": hardware_profile,
@@ -129,6 +135,15 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
             "gpu_limit_watts": uniform,
             "gpu_min_watts": profile["power_watts"]["min"], "gpu_max_watts": profile["power_watts"]["max"],
             "node_cap_watts": cap if cap > 0 else None,
+            # where node_cap_watts comes from: bmc_power_node_cap_watts, rack_power_budget_watts or none
+            "node_cap_source": source if cap > 0 else None,
+            # the node's even share of its rack's rack_power_budget_watts when it has no cap of its own (None
+            # otherwise), even a share of 0 W, which leaves node_cap_watts None
+            "rack_share_watts": share,
+            # what the node draws besides its GPUs (the profile's non_gpu_watts), and the smallest node cap that
+            # covers the GPUs at their limits plus that draw (preflight checks node_cap_watts against it)
+            "non_gpu_watts": non_gpu,
+            "node_min_cap_watts": sum(limits.values()) + non_gpu if non_gpu is not None else None,
         },
         "thermal": {"alert_c": profile["temperature_c"]["alert"], "slowdown_c": profile["temperature_c"]["slowdown"]},
         "topology_expected": topology_expected(profile),

@@ -25,7 +25,7 @@ if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 from inference import inference_runtime_problems  # noqa: E402  pylint: disable=wrong-import-position
 from node_plan import node_plan  # noqa: E402  pylint: disable=wrong-import-position
-from power import power_rack_report  # noqa: E402  pylint: disable=wrong-import-position
+from power import power_rack_report, power_thermal_profiles  # noqa: E402  pylint: disable=wrong-import-position
 
 _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 _RAIL_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,14}$")
@@ -47,6 +47,7 @@ class Ctx:
         self._hosts = {}
         self._names = {}
         self.counts = {}
+        self.plans = None  # {host: (node plan, error)}, computed once by _plans
 
     def _vars(self, host):
         """The host's variables, read once: Ansible computes a host's whole variable set on each hostvars[h]."""
@@ -426,6 +427,8 @@ def profile_problems(p):
          and v["min"] <= v["default"] <= v["max"], "{min, default, max}: positive integers, min <= default <= max")
     need("temperature_c", lambda v: sub("temperature_c", [("slowdown", _is_int), ("alert", _is_int)], "")
          and 0 < v["alert"] < v["slowdown"] <= 150, "{slowdown, alert}: integers, 0 < alert < slowdown <= 150")
+    need("non_gpu_watts", lambda v: _is_int(v) and v >= 0,
+         "the watts the node draws besides its GPUs at its maximum: an integer of 0 or more")
     if "memory_repairs_reported" in p and not isinstance(p["memory_repairs_reported"], bool):
         out.append("memory_repairs_reported=%r is not true or false" % (p["memory_repairs_reported"],))
     if "driver_kernel_modules" in p and p["driver_kernel_modules"] not in ("open", "proprietary"):
@@ -434,8 +437,8 @@ def profile_problems(p):
     if not isinstance(extras, list) or any(e not in DRIVER_EXTRAS for e in extras):
         out.append("driver_extras=%r is not a list of %s" % (extras, ", ".join(DRIVER_EXTRAS)))
     known = {"description", "gpu_name", "gpu_count", "nvswitch", "nvlink", "nic_count", "nic_max_distance", "pcie",
-             "power_watts", "temperature_c", "memory_repairs_reported", "acceptance_model", "driver_kernel_modules",
-             "driver_extras"}
+             "power_watts", "non_gpu_watts", "temperature_c", "memory_repairs_reported", "acceptance_model",
+             "driver_kernel_modules", "driver_extras"}
     for key in sorted(set(p) - known):
         out.append("%s is not a profile key (known: %s)" % (key, ", ".join(sorted(known))))
     return out
@@ -461,6 +464,50 @@ def check_power(ctx):
 
 _PLAN_INPUTS = {"gpu_power_limit_watts": 0, "gpu_power_node_budget_watts": 0, "gpu_power_limits_watts": {},
                 "bmc_power_node_cap_watts": 0, "rack_power_budget_watts": 0, "bmc_power_gpu_temperature_c": {}}
+_PLAN_NUMBERS = ("gpu_power_limit_watts", "gpu_power_node_budget_watts", "bmc_power_node_cap_watts",
+                 "rack_power_budget_watts")
+
+
+def _as_int(value):
+    """value as the plan reads it (power.py's _int): an int, or a string of one; None for anything else."""
+    if _is_int(value):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _plans(ctx):
+    """{host: (plan, error)} of every GPU node whose plan can be computed (filter_plugins/node_plan.py), as every
+    play computes it; computed once per run. A node with a broken profile, or a power input that is not a number
+    or a mapping (the role argument specs report those), has no entry."""
+    if ctx.plans is not None:
+        return ctx.plans
+    ctx.plans = {}
+    prefix = ctx.s.get("rack_prefix", "rack_")
+    for host in ctx.gpu:
+        name = ctx.var(host, "hardware_profile")
+        if not isinstance(name, str) or name not in ctx.profiles:
+            continue
+        inputs = dict((k, ctx.var(host, k) if ctx.has(host, k) else v) for k, v in _PLAN_INPUTS.items())
+        inputs.update((k, _as_int(inputs[k])) for k in _PLAN_NUMBERS)
+        if any(inputs[k] is None for k in _PLAN_NUMBERS) or not isinstance(inputs["gpu_power_limits_watts"], Mapping):
+            continue
+        try:
+            ctx.plans[host] = (node_plan(ctx.profiles, host, name, _group_names(ctx, host), rack_prefix=prefix,
+                                         gpu_power_limit_watts=inputs["gpu_power_limit_watts"],
+                                         gpu_power_node_budget_watts=inputs["gpu_power_node_budget_watts"],
+                                         gpu_power_limits_watts=inputs["gpu_power_limits_watts"],
+                                         node_cap_watts=inputs["bmc_power_node_cap_watts"],
+                                         rack_budget_watts=inputs["rack_power_budget_watts"], groups=ctx.groups,
+                                         thermal_overrides=inputs["bmc_power_gpu_temperature_c"]), None)
+        except AnsibleFilterError as e:
+            text = str(e).split(": ", 1)[1] if str(e).startswith("node_plan: ") else str(e)
+            ctx.plans[host] = (None, text[len(host) + 2:] if text.startswith(host + ": ") else text)
+    return ctx.plans
 
 
 def check_node_plans(ctx):
@@ -468,26 +515,100 @@ def check_node_plans(ctx):
     play computes it: per-GPU power limits within the profile's range and the node budget above the GPUs'
     minimum, caps and thermal overrides the plan can use. Nodes with a broken profile, index or rails are
     reported by the checks above and skipped here."""
-    prefix = ctx.s.get("rack_prefix", "rack_")
-    for host in ctx.gpu:
-        name = ctx.var(host, "hardware_profile")
-        if not isinstance(name, str) or name not in ctx.profiles:
+    for host, (_plan, error) in _plans(ctx).items():
+        if error:
+            yield host, error
+
+
+def check_node_caps(ctx):
+    """Every node cap the run would write (bmc_power_node_cap_watts, or the node's even share of its rack's
+    rack_power_budget_watts) covers the node's GPUs at the limits its plan sets plus the profile's non_gpu_watts:
+    a BMC holding a cap below that throttles the node under the GPU limits the same run sets. One line names the
+    rack, the node(s), the cap and where it comes from, and the floor and how it adds up."""
+    for host, (plan, _error) in _plans(ctx).items():
+        if plan is None:
             continue
-        inputs = dict((k, ctx.var(host, k) if ctx.has(host, k) else v) for k, v in _PLAN_INPUTS.items())
-        if any(not _is_int(inputs[k]) for k in ("gpu_power_limit_watts", "gpu_power_node_budget_watts",
-                                                 "bmc_power_node_cap_watts", "rack_power_budget_watts")):
-            continue  # not a number: the role argument specs report that
+        power = plan["power"]
+        explicit = _as_int(ctx.var(host, "bmc_power_node_cap_watts", 0)) or 0
+        if explicit < 0:
+            yield host, ("bmc_power_node_cap_watts=%d is not 0 (the rack budget's even share, or no cap) or a positive "
+                         "number of watts" % explicit)
+        if explicit > 0:
+            cap, source = explicit, "bmc_power_node_cap_watts=%d" % explicit
+        elif power.get("rack_share_watts") is not None:
+            members = len(ctx.groups.get(plan["rack"]) or [host])
+            cap = power["rack_share_watts"]
+            source = "rack_power_budget_watts=%s shared by %d node%s" % (
+                _as_int(ctx.var(host, "rack_power_budget_watts")), members, "s" if members > 1 else "")
+        else:
+            continue
+        floor = power.get("node_min_cap_watts")
+        if floor is None or cap >= floor:
+            continue  # a profile without non_gpu_watts: check_profiles reports it
+        limits = power["gpu_limits_watts"]
+        gpus = ("%d GPUs x %d W" % (len(limits), power["gpu_limit_watts"]) if power["gpu_limit_watts"] is not None
+                else "GPU limits adding up to %d W" % sum(limits.values()))
+        yield host, ("%s: node cap %d W (%s) is below the node's floor of %d W (%s + non_gpu_watts %d W of %s)"
+                     % (plan["rack"] or "no rack", cap, source, floor, gpus, power["non_gpu_watts"],
+                        plan["profile_name"]))
+
+
+def check_thermal_overrides(ctx):
+    """bmc_power_gpu_temperature_c, on every host that sets it (Prometheus alerts with it, bmc_power publishes it):
+    known profiles only, each alert below its slowdown, no slowdown raised above the profile's own
+    (power_thermal_profiles, the function bmc_power and the node plan use)."""
+    for host in ctx.all:
+        if not ctx.has(host, "bmc_power_gpu_temperature_c"):
+            continue
         try:
-            node_plan(ctx.profiles, host, name, _group_names(ctx, host), rack_prefix=prefix,
-                      gpu_power_limit_watts=inputs["gpu_power_limit_watts"],
-                      gpu_power_node_budget_watts=inputs["gpu_power_node_budget_watts"],
-                      gpu_power_limits_watts=inputs["gpu_power_limits_watts"],
-                      node_cap_watts=inputs["bmc_power_node_cap_watts"],
-                      rack_budget_watts=inputs["rack_power_budget_watts"], groups=ctx.groups,
-                      thermal_overrides=inputs["bmc_power_gpu_temperature_c"])
+            power_thermal_profiles(ctx.profiles, ctx.var(host, "bmc_power_gpu_temperature_c"))
         except AnsibleFilterError as e:
-            text = str(e).split(": ", 1)[1] if str(e).startswith("node_plan: ") else str(e)
-            yield host, text[len(host) + 2:] if text.startswith(host + ": ") else text
+            yield host, str(e)
+
+
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
+
+
+def _bmc_address(value):
+    """The BMC address as compared for uniqueness (an IP address's canonical text, a DNS name in lower case
+    without a trailing dot), or None when it is neither an IP address nor a DNS name."""
+    if not isinstance(value, str):
+        return None
+    ip = _address(value)
+    if ip is not None:
+        return str(ip)
+    name = value[:-1] if value.endswith(".") else value
+    labels = name.split(".")
+    if not name or len(name) > 253 or not name.isascii() or not all(_DNS_LABEL_RE.match(x) for x in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # 198.18.8.312: a mistyped IPv4 address, never a name (a top-level label is not all digits)
+    return name.lower()
+
+
+def check_bmc(ctx):
+    """BMC addresses: each bmc_power_address an IP address or a DNS name, no two hosts with the same BMC, and
+    every GPU node the run would cap (its plan has a node_cap_watts) has a BMC address to set the cap through."""
+    used = {}
+    for host in ctx.all:
+        value = ctx.var(host, "bmc_power_address", "")
+        if value in (None, ""):
+            continue
+        key = _bmc_address(value)
+        if key is None:
+            yield host, ("bmc_power_address %r is neither an IP address nor a DNS name (RFC 1123 labels of letters, "
+                         "digits and inner hyphens; a name never ends in an all-digit label)" % (value,))
+        else:
+            used.setdefault(key, []).append(host)
+    for key, holders in sorted(used.items()):
+        if len(holders) > 1:
+            yield ", ".join(holders), "bmc_power_address %s is used by %d hosts (one BMC per node)" % (
+                key, len(holders))
+    for host, (plan, _error) in _plans(ctx).items():
+        cap = plan["power"]["node_cap_watts"] if plan else None
+        if cap is not None and ctx.var(host, "bmc_power_address", "") in (None, ""):
+            yield host, ("%s: gets a node cap of %d W (from %s) but bmc_power_address is not set: no BMC to set it "
+                         "through" % (plan["rack"] or "no rack", cap, plan["power"]["node_cap_source"]))
 
 
 def _yaml_file(path):
@@ -612,7 +733,8 @@ def _short(value):
 
 
 CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, check_rails, check_secrets,
-          check_profiles, check_power, check_node_plans, check_inference_settings, check_role_arguments]
+          check_profiles, check_power, check_node_plans, check_node_caps, check_thermal_overrides, check_bmc,
+          check_inference_settings, check_role_arguments]
 
 
 def _rack_count(ctx):
@@ -639,6 +761,12 @@ CHECKED = {
     check_profiles: lambda ctx: "hardware profiles: %d in the catalogue" % len(ctx.profiles),
     check_power: lambda ctx: "rack power budgets: %d racks" % _rack_count(ctx),
     check_node_plans: lambda ctx: "node plans: %d GPU nodes (power limits, caps, thermal thresholds)" % len(ctx.gpu),
+    check_node_caps: lambda ctx: "node caps: %d GPU nodes capped, each at or above its GPUs' limits plus its "
+    "non-GPU draw" % sum(1 for plan, _ in _plans(ctx).values() if plan and plan["power"]["node_cap_watts"]),
+    check_thermal_overrides: lambda ctx: "thermal overrides: %d hosts set bmc_power_gpu_temperature_c" % sum(
+        1 for host in ctx.all if ctx.has(host, "bmc_power_gpu_temperature_c")),
+    check_bmc: lambda ctx: "BMC addresses: %d hosts, valid and unique" % sum(
+        1 for host in ctx.all if ctx.var(host, "bmc_power_address", "") not in (None, "")),
     check_inference_settings: lambda ctx: "inference settings: %d GPU nodes" % len(ctx.gpu),
     check_role_arguments: lambda ctx: "role arguments: %d inventory values against %d roles' argument specs" % (
         ctx.counts.get("role_values", 0), len(ctx.s.get("role_specs") or role_specs(ctx.s.get("roles_dir")))),
