@@ -1,7 +1,8 @@
 """The cluster plan (filter_plugins/plan_report.py, roles/plan_report, playbooks/plan.yml): every GPU node's plan,
 computed once on the controller from the inventory with the function every play's `node_plan` is, shown as JSON
-and as a table, reading no secret."""
+and as a table, reading no secret. And the example inventory's generator (tests/integration/gen_inventory.py)."""
 
+import ipaddress
 import json
 import re
 import sys
@@ -16,7 +17,9 @@ from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "filter_plugins"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+import gen_inventory  # noqa: E402
 from node_plan import NODE_PLAN_INPUTS, NODE_PLAN_VARIABLES, node_plan_of  # noqa: E402
 from plan_report import VARIABLES, plan_report, plan_rows, plan_table  # noqa: E402
 
@@ -227,3 +230,42 @@ def test_the_plan_playbook_runs_on_the_controller_only():
 def test_the_roles_defaults_spec_and_readme_agree():
     role_docs.assert_defaults_specified("plan_report")
     role_docs.assert_readme_lists("plan_report", role_docs.spec("plan_report"))
+
+
+# --- the example inventory and its generated variants -------------------------------------------------------------
+
+EXAMPLE = REPO / "inventories" / "example"
+
+
+def test_the_generator_writes_the_examples_shape():
+    """hosts(4) is the example's hosts.yml; the variants keep its group_vars."""
+    assert gen_inventory.hosts(4) == yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
+
+
+def test_a_thousand_node_variant_fits_the_examples_address_plan(tmp_path):
+    dest = gen_inventory.write(tmp_path / "inv", 125)
+    assert sorted(p.relative_to(dest) for p in dest.rglob("*") if p.name != "hosts.yml") == \
+        sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*") if p.name != "hosts.yml")
+    racks = yaml.safe_load((dest / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["children"]
+    nodes = dict((h, v) for rack in racks.values() for h, v in rack["hosts"].items())
+    assert len(racks) == 125 and len(nodes) == 1000 and all(len(r["hosts"]) == 8 for r in racks.values())
+    cluster_vars = yaml.safe_load((EXAMPLE / "group_vars" / "all" / "cluster.yml").read_text())
+    rails = yaml.safe_load((EXAMPLE / "group_vars" / "all" / "rdma.yml").read_text())["rdma_rails"]
+    mgmt, bmc = ipaddress.ip_network(cluster_vars["mgmt_subnet"]), ipaddress.ip_network("198.18.128.0/17")
+    documentation = ipaddress.ip_network("198.18.0.0/15")
+    assert sorted(v["node_index"] for v in nodes.values()) == list(range(1000))
+    for key, net in (("ansible_host", mgmt), ("bmc_power_address", bmc)):
+        addresses = [ipaddress.ip_address(v[key]) for v in nodes.values()]
+        assert len(set(addresses)) == 1000 and all(a in net for a in addresses), key
+    for rail in rails:
+        net = ipaddress.ip_network(rail["subnet"])
+        assert net.subnet_of(documentation) and not net.overlaps(mgmt) and not net.overlaps(bmc)
+        assert net.num_addresses - 2 - rail.get("offset", 11) >= 1000, rail  # room for node_index 0-999
+    assert mgmt.subnet_of(documentation) and bmc.subnet_of(documentation)
+    with pytest.raises(ValueError, match="1-127 racks"):
+        gen_inventory.hosts(128)
+
+
+def test_the_examples_vault_password_is_marked_as_a_dummy():
+    assert (EXAMPLE / "DUMMY-vault-password.txt").read_text().startswith("DUMMY-example-only")
+    assert (EXAMPLE / "group_vars" / "all" / "vault.yml").read_text().startswith("$ANSIBLE_VAULT;1.1;AES256")
