@@ -1,9 +1,10 @@
 """The cluster plan, shown before anything runs: what every GPU node will be, computed on the controller.
 
-`plan_rows(hosts, hostvars, groups, hardware_profiles, settings)` computes, once for the whole cluster, each GPU
-node's plan from its inventory as every play computes the variable `node_plan` (`node_plan_of`,
-filter_plugins/node_plan.py), plus how rdma_roce finds each rail's netdev and the BMC the cap goes through.
-`plan_document` is reports/plan.json, `plan_table` the table the plan playbook prints (reports/plan.txt).
+`plan_report(hosts, hostvars, groups, hardware_profiles, settings)`, the filter roles/plan_report calls once, gives
+everything the plan playbook writes and prints: `plan_rows` computes each GPU node's plan from its inventory as every
+play computes the variable `node_plan` (`node_plan_of`, filter_plugins/node_plan.py), plus how rdma_roce finds each
+rail's netdev and the BMC the cap goes through; `plan_document` is reports/plan.json, `plan_table` the table
+(reports/plan.txt).
 
 Nothing here connects to a host, and a row holds names, addresses and numbers only: no secret is read, so none
 can be shown. A node whose plan cannot be computed gets a row with its problem (host and variable) instead of
@@ -57,6 +58,8 @@ def _interface(match, interfaces, rail):
     """What rdma_roce's rdma_rail_plan will look for on the node: (interface text, problem or None)."""
     if match == "by_subnet":
         return "by subnet", None
+    if match not in ("by_name", "by_mac"):
+        return None, "rdma_roce_interface_match=%s is not by_name, by_mac or by_subnet" % (match,)
     wanted = (interfaces or {}).get(rail) if isinstance(interfaces, Mapping) else None
     if not wanted:
         return None, ("rdma_roce_rail_interfaces has no %s for rail %s (rdma_roce_interface_match=%s)"
@@ -90,7 +93,7 @@ def plan_row(host, view, groups, hardware_profiles, settings=None):
     rails = []
     for rail in plan["rails"]:
         interface, problem = _interface(match, view.get("rdma_roce_rail_interfaces"), rail["name"])
-        if problem:
+        if problem and problem not in row["problems"]:
             row["problems"].append(problem)
         rails.append({"name": rail["name"], "interface": interface, "address": rail["address"],
                       "subnet": rail["subnet"], "offset": int(offsets.get(rail["name"], RAIL_HOST_OFFSET)),

@@ -178,6 +178,9 @@ def test_what_a_node_needs_to_apply_its_plan_is_a_problem():
     problems = rows_of(hostvars, groups)["gpu-a1"]["problems"]
     assert problems == ["rdma_roce_rail_interfaces has no netdev name for rail rail1 (rdma_roce_interface_match=by_name)",
                         "node cap 12000 W but no bmc_power_address to set it through"]
+    hostvars["gpu-a1"] = GuardedVars(dict(data, rdma_roce_interface_match="by_port", bmc_power_address="198.18.128.11"))
+    assert rows_of(hostvars, groups)["gpu-a1"]["problems"] == [
+        "rdma_roce_interface_match=by_port is not by_name, by_mac or by_subnet"]
     hostvars["gpu-a1"] = GuardedVars(dict(data, rdma_roce_interface_match="by_subnet", bmc_power_address="198.18.128.11"))
     row = rows_of(hostvars, groups)["gpu-a1"]
     assert row["problems"] == [] and [r["interface"] for r in row["rails"]] == ["by subnet", "by subnet"]
