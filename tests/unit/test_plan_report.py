@@ -116,7 +116,8 @@ def test_node_plan_of_is_the_plan_every_play_templates(host_vars):
     groups = {"rack_a": ["gpu-z1"], "row_z": ["gpu-z1", "gpu-z2"]}
     variables.update(host_vars, inventory_hostname="gpu-z1", groups=groups)
     from ansible.plugins.loader import filter_loader, init_plugin_loader  # pylint: disable=import-outside-toplevel
-    init_plugin_loader()
+    if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys.meta_path):
+        init_plugin_loader()  # once per process (test_node_plan.py may have done it)
     filter_loader.add_directory(str(REPO / "filter_plugins"))
     templated = Templar(loader=loader, variables=variables).template(trust_as_template("{{ node_plan }}"))
     direct = node_plan_of("gpu-z1", host_vars, groups, PROFILES, THRESHOLDS)
