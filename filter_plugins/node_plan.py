@@ -156,6 +156,45 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     }
 
 
+# node_plan's keyword arguments, each with the inventory variable it comes from and that variable's default: the
+# variable `node_plan` (playbooks/vars/hardware_profiles.yml) passes exactly these (tests/unit/test_plan_report.py
+# keeps the two equal), and node_plan_of reads them from a host's variables for the plan of the whole cluster.
+NODE_PLAN_INPUTS = (
+    ("node_index", "node_index", None),
+    ("rails", "rdma_rails", []),
+    ("rail_addresses", "rdma_rail_addresses", {}),
+    ("rack_prefix", "rack_group_prefix", "rack_"),
+    ("gpu_power_limit_watts", "gpu_power_limit_watts", 0),
+    ("gpu_power_node_budget_watts", "gpu_power_node_budget_watts", 0),
+    ("gpu_power_limits_watts", "gpu_power_limits_watts", {}),
+    ("node_cap_watts", "bmc_power_node_cap_watts", 0),
+    ("rack_budget_watts", "rack_power_budget_watts", 0),
+    ("thermal_overrides", "bmc_power_gpu_temperature_c", {}),
+    ("driver_version", "node_verify_driver_version", ""),
+)
+
+
+# Every variable node_plan_of reads from a host.
+NODE_PLAN_VARIABLES = ("hardware_profile", "group_names", "hardware_profiles_extra", "acceptance_thresholds_extra") \
+    + tuple(name for _arg, name, _default in NODE_PLAN_INPUTS)
+
+
+def node_plan_of(host, host_vars, groups, hardware_profiles, acceptance_thresholds=None):
+    """The plan of `host` from its variables (a mapping such as hostvars[host]), computed as the variable
+    `node_plan` computes it inside a play of that host: the catalogue with the host's hardware_profiles_extra,
+    the acceptance thresholds with its acceptance_thresholds_extra, every input of NODE_PLAN_INPUTS."""
+    def var(name, default):  # `name | default(default)`: an unset variable takes the default, a null stays null
+        return host_vars[name] if name in host_vars else default
+
+    catalogue = dict(hardware_profiles or {})
+    catalogue.update(var("hardware_profiles_extra", {}) or {})
+    thresholds = dict(acceptance_thresholds or {})
+    thresholds.update(var("acceptance_thresholds_extra", {}) or {})
+    kwargs = dict((arg, var(name, default)) for arg, name, default in NODE_PLAN_INPUTS)
+    return node_plan(catalogue, host, var("hardware_profile", None), var("group_names", []), groups=groups,
+                     acceptance_thresholds=thresholds, **kwargs)
+
+
 class FilterModule:
     def filters(self):
         return {"node_plan": node_plan, "node_rack": node_rack}
