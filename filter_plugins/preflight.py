@@ -37,7 +37,13 @@ class Ctx:
     """What the checks read: the inventory (groups, hostvars) and the role's settings."""
 
     def __init__(self, groups, hostvars, settings):
-        self.groups = groups or {}
+        # plain lists, read once: a membership test on Ansible's lazy group lists renders every member again
+        self.groups = dict((g, list(members or [])) for g, members in (groups or {}).items())
+        self._member_of = {}
+        for g, members in self.groups.items():
+            if g not in ("all", "ungrouped"):
+                for host in members:
+                    self._member_of.setdefault(host, []).append(g)
         self.hostvars = hostvars
         self.s = settings
         self.all = list(self.groups.get("all") or [])
@@ -241,7 +247,7 @@ def check_gpu_nodes(ctx):
 
 
 def _group_names(ctx, host):
-    return [g for g, members in ctx.groups.items() if g not in ("all", "ungrouped") and host in (members or [])]
+    return list(ctx._member_of.get(host, ()))
 
 
 def check_rails(ctx):

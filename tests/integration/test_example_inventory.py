@@ -5,8 +5,8 @@ eight rail addresses by the rule, GPU limits 600 W, cap = rack share 90,000 / 8 
 table printed and written, only the controller in the recap (no host contacted), no secret in any output. On the
 example the plan is also compared with the node_plan every play reads (node_plan_dump.yml).
 
-Preflight on 1,000 hosts takes minutes today (issue 41, Deliver 5 makes it fast): it runs only with
-GPULAB_PREFLIGHT_1000=1. To make it part of CI, drop the skip on test_preflight_passes_the_1000_node_variant.
+Preflight runs once per run on the controller (run_once), so both inventories show one host in the recap and its
+check families' lines name every node it read.
 
 The runs start together once per module (each a separate ansible-playbook, two at a time) and the tests check their
 results; each run's wall time goes to $GPULAB_TIMES_DIR/example-inventory-runs.json (make test's time directory).
@@ -33,7 +33,6 @@ EXAMPLE = REPO / "inventories" / "example"
 VAULT_PASSWORD = EXAMPLE / "DUMMY-vault-password.txt"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 ANSIBLE_VAULT = Path(sys.executable).with_name("ansible-vault")
-PREFLIGHT_1000 = os.environ.get("GPULAB_PREFLIGHT_1000") == "1"
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -64,9 +63,8 @@ def runs(tmp_path_factory):
         "plan-1000": (variant, REPO / "playbooks" / "plan.yml", "-e", "plan_report_dir=%s" % (tmp / "plan-1000")),
         "node-plans-32": (EXAMPLE, REPO / "tests" / "integration" / "node_plan_dump.yml",
                           "-e", "node_plan_dump=%s" % (tmp / "node-plans-32.json")),
+        "preflight-1000": (variant, REPO / "playbooks" / "preflight.yml"),
     }
-    if PREFLIGHT_1000:
-        jobs["preflight-1000"] = (variant, REPO / "playbooks" / "preflight.yml")
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(jobs, pool.map(lambda job: _run(*job), jobs.values())))
     # each run's wall time, for the time report's directory (make test sets it) or beside the runs
@@ -146,13 +144,19 @@ def _check_plan(res, plan_dir, racks, secrets):
     return lines
 
 
-def test_the_example_passes_preflight(runs, secrets):
-    res = runs["preflight-32"]
+def _check_preflight(res, gpu_nodes, secrets):
     assert res["rc"] == 0, res["out"][-3000:]
     assert "Preflight found" not in res["out"]
     recap = _recap(res["out"])
-    assert len(recap) == 35 and all(counts[0] == counts[2] == 0 for counts in recap.values()), recap
+    # run once, on the first host of the run: one line in the recap, nothing failed or unreachable
+    assert len(recap) == 1 and all(counts[0] == counts[2] == 0 for counts in recap.values()), recap
+    assert "GPU nodes: %d, each with a node_index" % gpu_nodes in res["out"], res["out"][-3000:]
+    assert "node caps: %d GPU nodes capped" % gpu_nodes in res["out"], res["out"][-3000:]
     _assert_no_secret([res["out"]], secrets)
+
+
+def test_the_example_passes_preflight(runs, secrets):
+    _check_preflight(runs["preflight-32"], 32, secrets)
 
 
 def test_the_plan_of_the_example(runs, secrets):
@@ -186,12 +190,5 @@ def test_the_plan_shown_is_the_node_plan_every_play_reads(runs):
         assert node["thermal_c"] == {"alert": plan["thermal"]["alert_c"], "slowdown": plan["thermal"]["slowdown_c"]}
 
 
-@pytest.mark.skipif(not PREFLIGHT_1000, reason="preflight takes minutes on 1,000 hosts until it is made fast "
-                                               "(issue 41, Deliver 5); GPULAB_PREFLIGHT_1000=1 runs it")
 def test_preflight_passes_the_1000_node_variant(runs, secrets):
-    res = runs["preflight-1000"]
-    assert res["rc"] == 0, res["out"][-3000:]
-    assert "Preflight found" not in res["out"]
-    recap = _recap(res["out"])
-    assert len(recap) == 1003 and all(counts[0] == counts[2] == 0 for counts in recap.values())
-    _assert_no_secret([res["out"]], secrets)
+    _check_preflight(runs["preflight-1000"], 1000, secrets)
