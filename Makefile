@@ -70,10 +70,12 @@ molecule: setup
 
 integration: integration-inventories integration-lab
 
-# Broken inventories through the preflight play (no lab needed).
+# Broken inventories through the preflight play; inventories/example and its 1,000-node variant through preflight and
+# the plan command (no lab needed; preflight on the variant only with GPULAB_PREFLIGHT_1000=1).
 integration-inventories: setup
 	@scripts/stage.sh integration-inventories $(BIN)/pytest -q -p no:cacheprovider \
-	  tests/integration/test_bad_inventories.py --junitxml=$(GPULAB_TIMES_DIR)/integration-inventories.xml
+	  tests/integration/test_bad_inventories.py tests/integration/test_example_inventory.py \
+	  --junitxml=$(GPULAB_TIMES_DIR)/integration-inventories.xml
 
 # The lab end to end: brought up, converged, faulted, remediated, scaled out, removed. It starts from no lab: one
 # that make lab left running goes first (its nodes are converged, and the first test proves a fresh site).

@@ -15,6 +15,8 @@ description:
     unreachable, with the play, the task and the first line of the message.
   - The last failure of each host is kept, the one that took it out of the run (an earlier one was
     rescued). Hosts whose every failure a rescue handled are not listed.
+  - A failure of a task that runs once for every host of its play (C(run_once), such as preflight's) stopped
+    the whole play, so it comes first and whole, every line of its message.
 options:
   output_file:
     description: Also write the summary as JSON to this file (created with its parent directory).
@@ -61,8 +63,13 @@ class CallbackModule(CallbackBase):
 
     def _record(self, result, state):
         host = result._host.get_name()
-        self._failures[host] = {"host": host, "state": state, "play": self._play,
-                                "task": result._task.get_name().strip(), "msg": first_line(result._result)}
+        entry = {"host": host, "state": state, "play": self._play, "task": result._task.get_name().strip(),
+                 "msg": first_line(result._result)}
+        if state == "failed" and result._task.run_once:
+            msg = result._result.get("msg")
+            entry.update(run_once=True, lines=msg.splitlines() if isinstance(msg, str) and msg.strip()
+                         else [entry["msg"]])
+        self._failures[host] = entry
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         if ignore_errors:
@@ -76,9 +83,17 @@ class CallbackModule(CallbackBase):
         # A host whose failures a rescue handled counts as rescued, not failed, in the recap: leave it out.
         rows = [entry for host, entry in sorted(self._failures.items())
                 if stats.failures.get(host) or stats.dark.get(host)]
+        rows.sort(key=lambda r: not r.get("run_once"))  # what stopped a whole play first
         if rows:
             self._display.banner("FAILED HOSTS (%d)" % len(rows))
             for r in rows:
+                if r.get("run_once"):
+                    self._display.display("%s: %s in play '%s', task '%s', which runs once for every host of the "
+                                          "play, so none of them went on:" % (r["host"], r["state"], r["play"],
+                                                                              r["task"]), stderr=False)
+                    for line in r["lines"]:
+                        self._display.display("  " + line, stderr=False)
+                    continue
                 self._display.display("%s: %s in play '%s', task '%s': %s"
                                       % (r["host"], r["state"], r["play"], r["task"], r["msg"]),
                                       stderr=False)

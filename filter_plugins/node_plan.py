@@ -102,7 +102,9 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     if hardware_profile not in catalogue:
         raise AnsibleFilterError("node_plan: %s: hardware_profile=%s is not a key of hardware_profiles "
                                  "(known: %s)" % (host, hardware_profile, ", ".join(sorted(catalogue))))
-    overrides = dict((k, v) for k, v in (thermal_overrides or {}).items() if k == hardware_profile)
+    overrides = thermal_overrides or {}
+    if isinstance(overrides, Mapping):  # anything else: power_thermal_profiles names it
+        overrides = dict((k, v) for k, v in overrides.items() if k == hardware_profile)
     profile = dict(power_thermal_profiles({hardware_profile: catalogue[hardware_profile]}, overrides)[hardware_profile])
     limits = power_gpu_limits(profile, limit_watts=gpu_power_limit_watts, node_budget_watts=gpu_power_node_budget_watts,
                               per_gpu=gpu_power_limits_watts, host=host, profile_name=hardware_profile)
@@ -112,9 +114,13 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
     model = profile.get("acceptance_model")
     rack = node_rack(group_names, rack_prefix)
     cap = _power._int(node_cap_watts or 0, "bmc_power_node_cap_watts", host)
+    share, source = None, "bmc_power_node_cap_watts" if cap > 0 else None
     if cap <= 0 and rack_budget_watts not in (None, "", 0) and rack:
         # no explicit cap: the node's even share of its rack's budget (power_rack_split, as bmc_power applies it)
-        cap = _power.power_rack_split(rack_budget_watts, (groups or {}).get(rack) or [host], rack).get(host, 0)
+        share = _power.power_rack_split(rack_budget_watts, (groups or {}).get(rack) or [host], rack).get(host, 0)
+        cap, source = share, "rack_power_budget_watts"
+    non_gpu = profile.get("non_gpu_watts")
+    non_gpu = non_gpu if isinstance(non_gpu, int) and not isinstance(non_gpu, bool) else None
     return {
         "host": host,
         "profile_name": hardware_profile,
@@ -129,6 +135,15 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
             "gpu_limit_watts": uniform,
             "gpu_min_watts": profile["power_watts"]["min"], "gpu_max_watts": profile["power_watts"]["max"],
             "node_cap_watts": cap if cap > 0 else None,
+            # where node_cap_watts comes from: bmc_power_node_cap_watts, rack_power_budget_watts or none
+            "node_cap_source": source if cap > 0 else None,
+            # the node's even share of its rack's rack_power_budget_watts when it has no cap of its own (None
+            # otherwise), even a share of 0 W, which leaves node_cap_watts None
+            "rack_share_watts": share,
+            # what the node draws besides its GPUs (the profile's non_gpu_watts), and the smallest node cap that
+            # covers the GPUs at their limits plus that draw (preflight checks node_cap_watts against it)
+            "non_gpu_watts": non_gpu,
+            "node_min_cap_watts": sum(limits.values()) + non_gpu if non_gpu is not None else None,
         },
         "thermal": {"alert_c": profile["temperature_c"]["alert"], "slowdown_c": profile["temperature_c"]["slowdown"]},
         "topology_expected": topology_expected(profile),
@@ -139,6 +154,45 @@ def node_plan(catalogue, host, hardware_profile, group_names=None, node_index=No
         "driver_version": str(driver_version) if driver_version not in (None, "") else None,
         "acceptance": dict((acceptance_thresholds or {}).get(model) or {}),
     }
+
+
+# node_plan's keyword arguments, each with the inventory variable it comes from and that variable's default: the
+# variable `node_plan` (playbooks/vars/hardware_profiles.yml) passes exactly these (tests/unit/test_plan_report.py
+# keeps the two equal), and node_plan_of reads them from a host's variables for the plan of the whole cluster.
+NODE_PLAN_INPUTS = (
+    ("node_index", "node_index", None),
+    ("rails", "rdma_rails", []),
+    ("rail_addresses", "rdma_rail_addresses", {}),
+    ("rack_prefix", "rack_group_prefix", "rack_"),
+    ("gpu_power_limit_watts", "gpu_power_limit_watts", 0),
+    ("gpu_power_node_budget_watts", "gpu_power_node_budget_watts", 0),
+    ("gpu_power_limits_watts", "gpu_power_limits_watts", {}),
+    ("node_cap_watts", "bmc_power_node_cap_watts", 0),
+    ("rack_budget_watts", "rack_power_budget_watts", 0),
+    ("thermal_overrides", "bmc_power_gpu_temperature_c", {}),
+    ("driver_version", "node_verify_driver_version", ""),
+)
+
+
+# Every variable node_plan_of reads from a host.
+NODE_PLAN_VARIABLES = ("hardware_profile", "group_names", "hardware_profiles_extra", "acceptance_thresholds_extra") \
+    + tuple(name for _arg, name, _default in NODE_PLAN_INPUTS)
+
+
+def node_plan_of(host, host_vars, groups, hardware_profiles, acceptance_thresholds=None):
+    """The plan of `host` from its variables (a mapping such as hostvars[host]), computed as the variable
+    `node_plan` computes it inside a play of that host: the catalogue with the host's hardware_profiles_extra,
+    the acceptance thresholds with its acceptance_thresholds_extra, every input of NODE_PLAN_INPUTS."""
+    def var(name, default):  # `name | default(default)`: an unset variable takes the default, a null stays null
+        return host_vars[name] if name in host_vars else default
+
+    catalogue = dict(hardware_profiles or {})
+    catalogue.update(var("hardware_profiles_extra", {}) or {})
+    thresholds = dict(acceptance_thresholds or {})
+    thresholds.update(var("acceptance_thresholds_extra", {}) or {})
+    kwargs = dict((arg, var(name, default)) for arg, name, default in NODE_PLAN_INPUTS)
+    return node_plan(catalogue, host, var("hardware_profile", None), var("group_names", []), groups=groups,
+                     acceptance_thresholds=thresholds, **kwargs)
 
 
 class FilterModule:

@@ -4,6 +4,8 @@ from a rack budget; rack totals against their budgets; per-profile GPU temperatu
 Every error names the variable and the host (or rack) so it can be shown before anything changes.
 """
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -14,6 +16,16 @@ def _int(value, name, who):
         return int(value)
     except (TypeError, ValueError):
         raise AnsibleFilterError("%s: %s=%r is not a number of watts" % (who, name, value))
+
+
+def _number(value):
+    """value as a float when it is a number (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _range(profile, who):
@@ -132,19 +144,34 @@ def power_rack_report(racks, hostvars, cap_var="bmc_power_node_cap_watts", budge
 
 def power_thermal_profiles(profiles, overrides=None):
     """The profile catalogue with each temperature_c {slowdown, alert} overridden by overrides[name]
-    (bmc_power_gpu_temperature_c); fails unless every profile alerts strictly below its slowdown."""
+    (bmc_power_gpu_temperature_c); fails unless every profile alerts strictly below its slowdown, and when an
+    override raises a slowdown above the profile's own (the GPU slows down where the hardware does: an override
+    may lower it, never raise it)."""
     out = {}
     overrides = overrides or {}
-    for name in sorted(overrides):
+    if not isinstance(overrides, Mapping):
+        raise AnsibleFilterError("bmc_power_gpu_temperature_c=%r is not a mapping of hardware profile names to "
+                                 "{slowdown, alert}" % (overrides,))
+    for name in sorted(overrides, key=str):
         if name not in (profiles or {}):
             raise AnsibleFilterError("bmc_power_gpu_temperature_c names %s, which is not a hardware profile" % name)
+        if not isinstance(overrides[name] or {}, Mapping):
+            raise AnsibleFilterError("bmc_power_gpu_temperature_c.%s=%r is not a mapping {slowdown, alert}"
+                                     % (name, overrides[name]))
     for name, profile in sorted((profiles or {}).items()):
-        temps = dict((profile or {}).get("temperature_c") or {})
+        base = dict((profile or {}).get("temperature_c") or {})
+        temps = dict(base)
         temps.update(overrides.get(name) or {})
         try:
             slowdown, alert = float(temps["slowdown"]), float(temps["alert"])
         except (KeyError, TypeError, ValueError):
             raise AnsibleFilterError("%s: temperature_c needs numbers slowdown and alert (found %r)" % (name, temps))
+        if "slowdown" in (overrides.get(name) or {}) and _number(base.get("slowdown")) is not None \
+                and slowdown > _number(base["slowdown"]):
+            raise AnsibleFilterError(
+                "%s: bmc_power_gpu_temperature_c slowdown=%s is above the profile's temperature_c.slowdown=%s, where "
+                "the GPU itself slows down (an override may lower it, never raise it)"
+                % (name, temps["slowdown"], base["slowdown"]))
         if alert >= slowdown:
             raise AnsibleFilterError("%s: temperature_c.alert=%s must be below temperature_c.slowdown=%s"
                                      % (name, temps["alert"], temps["slowdown"]))

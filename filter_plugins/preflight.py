@@ -17,6 +17,7 @@ import re
 import sys
 from collections.abc import Mapping
 
+import jinja2
 from ansible.errors import AnsibleFilterError
 
 # power.py of this directory (rack budgets): importable by name however Ansible loaded this file
@@ -24,7 +25,7 @@ if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 from inference import inference_runtime_problems  # noqa: E402  pylint: disable=wrong-import-position
 from node_plan import node_plan  # noqa: E402  pylint: disable=wrong-import-position
-from power import power_rack_report  # noqa: E402  pylint: disable=wrong-import-position
+from power import power_rack_report, power_thermal_profiles  # noqa: E402  pylint: disable=wrong-import-position
 
 _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 _RAIL_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,14}$")
@@ -36,7 +37,13 @@ class Ctx:
     """What the checks read: the inventory (groups, hostvars) and the role's settings."""
 
     def __init__(self, groups, hostvars, settings):
-        self.groups = groups or {}
+        # plain lists, read once: a membership test on Ansible's lazy group lists renders every member again
+        self.groups = dict((g, list(members or [])) for g, members in (groups or {}).items())
+        self._member_of = {}
+        for g, members in self.groups.items():
+            if g not in ("all", "ungrouped"):
+                for host in members:
+                    self._member_of.setdefault(host, []).append(g)
         self.hostvars = hostvars
         self.s = settings
         self.all = list(self.groups.get("all") or [])
@@ -44,6 +51,9 @@ class Ctx:
         self.profiles = settings.get("profiles") or {}
         self._cache = {}
         self._hosts = {}
+        self._names = {}
+        self.counts = {}
+        self.plans = None  # {host: (node plan, error)}, computed once by _plans
 
     def _vars(self, host):
         """The host's variables, read once: Ansible computes a host's whole variable set on each hostvars[h]."""
@@ -55,38 +65,47 @@ class Ctx:
         return self._hosts[host]
 
     def var(self, host, name, default=None):
-        """A host's variable (templated by Ansible on access), default when unset; errors are findings."""
+        """A host's variable, default when unset, as plain dicts, lists and scalars: Ansible templates a value
+        on access and the items of a list or mapping only when they are read, so the whole value is read here
+        and anything that cannot be evaluated (a variable it names undefined, a vaulted one among them) is a
+        finding naming the host and the variable, never a check that cannot run."""
         key = (host, name)
         if key not in self._cache:
             try:
                 hv = self._vars(host)
-                self._cache[key] = (hv[name], None) if name in hv else (default, None)
+                self._cache[key] = (_plain(hv[name]), None) if name in hv else (default, None)
             except Exception as e:  # noqa: BLE001 - a variable that cannot be evaluated is a finding
-                self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, str(e).splitlines()[0][:200]))
+                self._cache[key] = (default, "%s cannot be evaluated: %s" % (name, _reason(e)))
         return self._cache[key][0]
 
     def has(self, host, name):
-        try:
-            return name in self._vars(host)
-        except Exception:  # noqa: BLE001
-            return False
+        """Whether the host sets the variable (the names are read once per host: the role-argument check asks
+        for every option of every role on every host)."""
+        if host not in self._names:
+            try:
+                self._names[host] = frozenset(self._vars(host).keys())
+            except Exception:  # noqa: BLE001 - a host whose variables cannot be listed sets none here
+                self._names[host] = frozenset()
+        return name in self._names[host]
+
+    def failed(self, host, name):
+        """Whether reading the variable failed (its finding is reported once, by errors())."""
+        self.var(host, name)
+        return self._cache[(host, name)][1] is not None
 
     def errors(self):
         return [(h, err) for (h, _n), (_v, err) in sorted(self._cache.items()) if err]
 
 
+def _reason(error):
+    """An error's first line, without the exception class ansible-core puts in front of a templating error."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:200]
+
+
 def _is_seq(value):
     """A list as Ansible hands it over (a list, or a lazy tuple of a templated value)."""
     return isinstance(value, (list, tuple))
-
-
-def _plain(value):
-    """Lists, tuples and mappings as plain lists and dicts, to compare values however Ansible built them."""
-    if isinstance(value, Mapping):
-        return dict((k, _plain(v)) for k, v in value.items())
-    if _is_seq(value):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _is_int(value):
@@ -228,7 +247,7 @@ def check_gpu_nodes(ctx):
 
 
 def _group_names(ctx, host):
-    return [g for g, members in ctx.groups.items() if g not in ("all", "ungrouped") and host in (members or [])]
+    return list(ctx._member_of.get(host, ()))
 
 
 def check_rails(ctx):
@@ -315,7 +334,8 @@ def plain_text_secrets(sources, names):
     whole-file vault, not a template that reads it from elsewhere."""
     import yaml  # pylint: disable=import-outside-toplevel
 
-    class Loader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+    # libyaml's loader where PyYAML has it: a 1,000-host inventory file parses in a tenth of the time.
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # pylint: disable=too-many-ancestors
         pass
 
     Loader.add_constructor("!vault", lambda loader, node: _Vaulted())
@@ -413,6 +433,8 @@ def profile_problems(p):
          and v["min"] <= v["default"] <= v["max"], "{min, default, max}: positive integers, min <= default <= max")
     need("temperature_c", lambda v: sub("temperature_c", [("slowdown", _is_int), ("alert", _is_int)], "")
          and 0 < v["alert"] < v["slowdown"] <= 150, "{slowdown, alert}: integers, 0 < alert < slowdown <= 150")
+    need("non_gpu_watts", lambda v: _is_int(v) and v >= 0,
+         "the watts the node draws besides its GPUs at its maximum: an integer of 0 or more")
     if "memory_repairs_reported" in p and not isinstance(p["memory_repairs_reported"], bool):
         out.append("memory_repairs_reported=%r is not true or false" % (p["memory_repairs_reported"],))
     if "driver_kernel_modules" in p and p["driver_kernel_modules"] not in ("open", "proprietary"):
@@ -421,8 +443,8 @@ def profile_problems(p):
     if not isinstance(extras, list) or any(e not in DRIVER_EXTRAS for e in extras):
         out.append("driver_extras=%r is not a list of %s" % (extras, ", ".join(DRIVER_EXTRAS)))
     known = {"description", "gpu_name", "gpu_count", "nvswitch", "nvlink", "nic_count", "nic_max_distance", "pcie",
-             "power_watts", "temperature_c", "memory_repairs_reported", "acceptance_model", "driver_kernel_modules",
-             "driver_extras"}
+             "power_watts", "non_gpu_watts", "temperature_c", "memory_repairs_reported", "acceptance_model",
+             "driver_kernel_modules", "driver_extras"}
     for key in sorted(set(p) - known):
         out.append("%s is not a profile key (known: %s)" % (key, ", ".join(sorted(known))))
     return out
@@ -448,6 +470,50 @@ def check_power(ctx):
 
 _PLAN_INPUTS = {"gpu_power_limit_watts": 0, "gpu_power_node_budget_watts": 0, "gpu_power_limits_watts": {},
                 "bmc_power_node_cap_watts": 0, "rack_power_budget_watts": 0, "bmc_power_gpu_temperature_c": {}}
+_PLAN_NUMBERS = ("gpu_power_limit_watts", "gpu_power_node_budget_watts", "bmc_power_node_cap_watts",
+                 "rack_power_budget_watts")
+
+
+def _as_int(value):
+    """value as the plan reads it (power.py's _int): an int, or a string of one; None for anything else."""
+    if _is_int(value):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _plans(ctx):
+    """{host: (plan, error)} of every GPU node whose plan can be computed (filter_plugins/node_plan.py), as every
+    play computes it; computed once per run. A node with a broken profile, or a power input that is not a number
+    or a mapping (the role argument specs report those), has no entry."""
+    if ctx.plans is not None:
+        return ctx.plans
+    ctx.plans = {}
+    prefix = ctx.s.get("rack_prefix", "rack_")
+    for host in ctx.gpu:
+        name = ctx.var(host, "hardware_profile")
+        if not isinstance(name, str) or name not in ctx.profiles:
+            continue
+        inputs = dict((k, ctx.var(host, k) if ctx.has(host, k) else v) for k, v in _PLAN_INPUTS.items())
+        inputs.update((k, _as_int(inputs[k])) for k in _PLAN_NUMBERS)
+        if any(inputs[k] is None for k in _PLAN_NUMBERS) or not isinstance(inputs["gpu_power_limits_watts"], Mapping):
+            continue
+        try:
+            ctx.plans[host] = (node_plan(ctx.profiles, host, name, _group_names(ctx, host), rack_prefix=prefix,
+                                         gpu_power_limit_watts=inputs["gpu_power_limit_watts"],
+                                         gpu_power_node_budget_watts=inputs["gpu_power_node_budget_watts"],
+                                         gpu_power_limits_watts=inputs["gpu_power_limits_watts"],
+                                         node_cap_watts=inputs["bmc_power_node_cap_watts"],
+                                         rack_budget_watts=inputs["rack_power_budget_watts"], groups=ctx.groups,
+                                         thermal_overrides=inputs["bmc_power_gpu_temperature_c"]), None)
+        except AnsibleFilterError as e:
+            text = str(e).split(": ", 1)[1] if str(e).startswith("node_plan: ") else str(e)
+            ctx.plans[host] = (None, text[len(host) + 2:] if text.startswith(host + ": ") else text)
+    return ctx.plans
 
 
 def check_node_plans(ctx):
@@ -455,26 +521,100 @@ def check_node_plans(ctx):
     play computes it: per-GPU power limits within the profile's range and the node budget above the GPUs'
     minimum, caps and thermal overrides the plan can use. Nodes with a broken profile, index or rails are
     reported by the checks above and skipped here."""
-    prefix = ctx.s.get("rack_prefix", "rack_")
-    for host in ctx.gpu:
-        name = ctx.var(host, "hardware_profile")
-        if not isinstance(name, str) or name not in ctx.profiles:
+    for host, (_plan, error) in _plans(ctx).items():
+        if error:
+            yield host, error
+
+
+def check_node_caps(ctx):
+    """Every node cap the run would write (bmc_power_node_cap_watts, or the node's even share of its rack's
+    rack_power_budget_watts) covers the node's GPUs at the limits its plan sets plus the profile's non_gpu_watts:
+    a BMC holding a cap below that throttles the node under the GPU limits the same run sets. One line names the
+    rack, the node(s), the cap and where it comes from, and the floor and how it adds up."""
+    for host, (plan, _error) in _plans(ctx).items():
+        if plan is None:
             continue
-        inputs = dict((k, ctx.var(host, k) if ctx.has(host, k) else v) for k, v in _PLAN_INPUTS.items())
-        if any(not _is_int(inputs[k]) for k in ("gpu_power_limit_watts", "gpu_power_node_budget_watts",
-                                                 "bmc_power_node_cap_watts", "rack_power_budget_watts")):
-            continue  # not a number: the role argument specs report that
+        power = plan["power"]
+        explicit = _as_int(ctx.var(host, "bmc_power_node_cap_watts", 0)) or 0
+        if explicit < 0:
+            yield host, ("bmc_power_node_cap_watts=%d is not 0 (the rack budget's even share, or no cap) or a positive "
+                         "number of watts" % explicit)
+        if explicit > 0:
+            cap, source = explicit, "bmc_power_node_cap_watts=%d" % explicit
+        elif power.get("rack_share_watts") is not None:
+            members = len(ctx.groups.get(plan["rack"]) or [host])
+            cap = power["rack_share_watts"]
+            source = "rack_power_budget_watts=%s shared by %d node%s" % (
+                _as_int(ctx.var(host, "rack_power_budget_watts")), members, "s" if members > 1 else "")
+        else:
+            continue
+        floor = power.get("node_min_cap_watts")
+        if floor is None or cap >= floor:
+            continue  # a profile without non_gpu_watts: check_profiles reports it
+        limits = power["gpu_limits_watts"]
+        gpus = ("%d GPUs x %d W" % (len(limits), power["gpu_limit_watts"]) if power["gpu_limit_watts"] is not None
+                else "GPU limits adding up to %d W" % sum(limits.values()))
+        yield host, ("%s: node cap %d W (%s) is below the node's floor of %d W (%s + non_gpu_watts %d W of %s)"
+                     % (plan["rack"] or "no rack", cap, source, floor, gpus, power["non_gpu_watts"],
+                        plan["profile_name"]))
+
+
+def check_thermal_overrides(ctx):
+    """bmc_power_gpu_temperature_c, on every host that sets it (Prometheus alerts with it, bmc_power publishes it):
+    known profiles only, each alert below its slowdown, no slowdown raised above the profile's own
+    (power_thermal_profiles, the function bmc_power and the node plan use)."""
+    for host in ctx.all:
+        if not ctx.has(host, "bmc_power_gpu_temperature_c"):
+            continue
         try:
-            node_plan(ctx.profiles, host, name, _group_names(ctx, host), rack_prefix=prefix,
-                      gpu_power_limit_watts=inputs["gpu_power_limit_watts"],
-                      gpu_power_node_budget_watts=inputs["gpu_power_node_budget_watts"],
-                      gpu_power_limits_watts=inputs["gpu_power_limits_watts"],
-                      node_cap_watts=inputs["bmc_power_node_cap_watts"],
-                      rack_budget_watts=inputs["rack_power_budget_watts"], groups=ctx.groups,
-                      thermal_overrides=inputs["bmc_power_gpu_temperature_c"])
+            power_thermal_profiles(ctx.profiles, ctx.var(host, "bmc_power_gpu_temperature_c"))
         except AnsibleFilterError as e:
-            text = str(e).split(": ", 1)[1] if str(e).startswith("node_plan: ") else str(e)
-            yield host, text[len(host) + 2:] if text.startswith(host + ": ") else text
+            yield host, str(e)
+
+
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
+
+
+def _bmc_address(value):
+    """The BMC address as compared for uniqueness (an IP address's canonical text, a DNS name in lower case
+    without a trailing dot), or None when it is neither an IP address nor a DNS name."""
+    if not isinstance(value, str):
+        return None
+    ip = _address(value)
+    if ip is not None:
+        return str(ip)
+    name = value[:-1] if value.endswith(".") else value
+    labels = name.split(".")
+    if not name or len(name) > 253 or not name.isascii() or not all(_DNS_LABEL_RE.match(x) for x in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # 198.18.8.312: a mistyped IPv4 address, never a name (a top-level label is not all digits)
+    return name.lower()
+
+
+def check_bmc(ctx):
+    """BMC addresses: each bmc_power_address an IP address or a DNS name, no two hosts with the same BMC, and
+    every GPU node the run would cap (its plan has a node_cap_watts) has a BMC address to set the cap through."""
+    used = {}
+    for host in ctx.all:
+        value = ctx.var(host, "bmc_power_address", "")
+        if value in (None, ""):
+            continue
+        key = _bmc_address(value)
+        if key is None:
+            yield host, ("bmc_power_address %r is neither an IP address nor a DNS name (RFC 1123 labels of letters, "
+                         "digits and inner hyphens; a name never ends in an all-digit label)" % (value,))
+        else:
+            used.setdefault(key, []).append(host)
+    for key, holders in sorted(used.items()):
+        if len(holders) > 1:
+            yield ", ".join(holders), "bmc_power_address %s is used by %d hosts (one BMC per node)" % (
+                key, len(holders))
+    for host, (plan, _error) in _plans(ctx).items():
+        cap = plan["power"]["node_cap_watts"] if plan else None
+        if cap is not None and ctx.var(host, "bmc_power_address", "") in (None, ""):
+            yield host, ("%s: gets a node cap of %d W (from %s) but bmc_power_address is not set: no BMC to set it "
+                         "through" % (plan["rack"] or "no rack", cap, plan["power"]["node_cap_source"]))
 
 
 def _yaml_file(path):
@@ -483,7 +623,7 @@ def _yaml_file(path):
     if path not in _YAML_FILES:
         try:
             with open(path) as handle:
-                _YAML_FILES[path] = yaml.safe_load(handle) or {}
+                _YAML_FILES[path] = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         except OSError:
             _YAML_FILES[path] = {}
     return _YAML_FILES[path]
@@ -528,18 +668,24 @@ def check_role_arguments(ctx):
         specs = role_specs(ctx.s.get("roles_dir"))
     for role, spec in sorted(specs.items()):
         for host in ctx.all:
-            params = dict((k, ctx.var(host, k)) for k in spec if ctx.has(host, k))
+            params = dict((k, ctx.var(host, k)) for k in spec if ctx.has(host, k) and not ctx.failed(host, k))
             if not params:
                 continue
+            ctx.counts["role_values"] = ctx.counts.get("role_values", 0) + len(params)
             wanted = dict((k, _optional(spec[k])) for k in params)
-            result = ArgumentSpecValidator(wanted).validate(_plain(params))
+            result = ArgumentSpecValidator(wanted).validate(params)
             for err in result.errors:
                 yield host, _spec_message(role, err, params, spec)
 
 
 def _plain(value):
     """Plain dicts, lists and scalars. The validator deep-copies its input, and a deep copy of ansible-core's
-    lazily templated containers costs seconds per role on a real inventory."""
+    lazily templated containers costs seconds per role on a real inventory. An undefined value anywhere in it
+    (ansible-core hands over a marker for a variable a template names but nothing defines, a vaulted one the
+    run was not given) raises its own error here, naming the variable."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # raises the undefined error with its message
+        raise AnsibleFilterError("an undefined value")
     if isinstance(value, Mapping):
         return dict((k if isinstance(k, (int, float, bool)) or k is None else str(k), _plain(v))
                     for k, v in value.items())
@@ -593,27 +739,86 @@ def _short(value):
 
 
 CHECKS = [check_controller, check_host_names, check_addresses, check_gpu_nodes, check_rails, check_secrets,
-          check_profiles, check_power, check_node_plans, check_inference_settings, check_role_arguments]
+          check_profiles, check_power, check_node_plans, check_node_caps, check_thermal_overrides, check_bmc,
+          check_inference_settings, check_role_arguments]
+
+
+def _rack_count(ctx):
+    return len([g for g in ctx.groups if g.startswith(ctx.s.get("rack_prefix", "rack_"))])
+
+
+def _rail_count(ctx):
+    rails = ctx.var(ctx.gpu[0], ctx.s.get("rails_var", "rdma_rails"), []) if ctx.gpu else []
+    return len(rails) if _is_seq(rails) else 0
+
+
+# What each check family read, for the one line per family a passing preflight prints (a check without an
+# entry is named after its function).
+CHECKED = {
+    check_controller: lambda ctx: "controller: ansible-core %s, Python %s" % (
+        ctx.s.get("ansible_version"), ctx.s.get("python_version")),
+    check_host_names: lambda ctx: "host names: %d hosts" % len(ctx.all),
+    check_addresses: lambda ctx: "management addresses: %d hosts" % len(ctx.all),
+    check_gpu_nodes: lambda ctx: "GPU nodes: %d, each with a node_index, a known hardware_profile and one rack of %d"
+    % (len(ctx.gpu), _rack_count(ctx)),
+    check_rails: lambda ctx: "RoCE rails: %d rails for %d GPU nodes" % (_rail_count(ctx), len(ctx.gpu)),
+    check_secrets: lambda ctx: "secrets: %d required on %d hosts, none in plain text in the inventory" % (
+        len(ctx.s.get("required_secrets") or []), len(ctx.all)),
+    check_profiles: lambda ctx: "hardware profiles: %d in the catalogue" % len(ctx.profiles),
+    check_power: lambda ctx: "rack power budgets: %d racks" % _rack_count(ctx),
+    check_node_plans: lambda ctx: "node plans: %d GPU nodes (power limits, caps, thermal thresholds)" % len(ctx.gpu),
+    check_node_caps: lambda ctx: "node caps: %d GPU nodes capped, each at or above its GPUs' limits plus its "
+    "non-GPU draw" % sum(1 for plan, _ in _plans(ctx).values() if plan and plan["power"]["node_cap_watts"]),
+    check_thermal_overrides: lambda ctx: "thermal overrides: %d hosts set bmc_power_gpu_temperature_c" % sum(
+        1 for host in ctx.all if ctx.has(host, "bmc_power_gpu_temperature_c")),
+    check_bmc: lambda ctx: "BMC addresses: %d hosts, valid and unique" % sum(
+        1 for host in ctx.all if ctx.var(host, "bmc_power_address", "") not in (None, "")),
+    check_inference_settings: lambda ctx: "inference settings: %d GPU nodes" % len(ctx.gpu),
+    check_role_arguments: lambda ctx: "role arguments: %d inventory values against %d roles' argument specs" % (
+        ctx.counts.get("role_values", 0), len(ctx.s.get("role_specs") or role_specs(ctx.s.get("roles_dir")))),
+}
+
+
+def _run(groups, hostvars, settings):
+    """(findings [(host, text)], checked [line per check family]) of every check over the inventory."""
+    ctx = Ctx(groups, hostvars, settings or {})
+    findings, checked = [], []
+    for check in CHECKS:
+        try:
+            found = list(check(ctx))
+        except Exception as e:  # noqa: BLE001 - a check that breaks is a finding, never a traceback
+            found = [("preflight", "check %s could not run: %s: %s" % (check.__name__, type(e).__name__, e))]
+        findings.extend(found)
+        try:
+            line = CHECKED[check](ctx) if check in CHECKED else check.__name__[len("check_"):].replace("_", " ")
+        except Exception as e:  # noqa: BLE001 - a count that cannot be made is named, never a traceback
+            line = "%s (%s)" % (check.__name__, type(e).__name__)
+        checked.append("%s%s" % (line, ": %d problem(s)" % len(found) if found else ""))
+    findings.extend(ctx.errors())
+    return findings, checked
 
 
 def preflight_findings(groups, hostvars, settings):
     """[(host, text)] of every check over the inventory."""
-    ctx = Ctx(groups, hostvars, settings or {})
-    findings = []
-    for check in CHECKS:
-        try:
-            findings.extend(check(ctx))
-        except Exception as e:  # noqa: BLE001 - a check that breaks is a finding, never a traceback
-            findings.append(("preflight", "check %s could not run: %s: %s" % (check.__name__, type(e).__name__, e)))
-    findings.extend(ctx.errors())
-    return findings
+    return _run(groups, hostvars, settings)[0]
+
+
+def preflight_results(groups, hostvars, settings):
+    """{'problems': report lines (preflight_report), 'checked': one line per check family, what it read}, from
+    one pass over the inventory."""
+    findings, checked = _run(groups, hostvars, settings)
+    return {"problems": _report_lines(findings, settings), "checked": checked}
 
 
 def preflight_report(groups, hostvars, settings):
     """Report lines: one per distinct problem, naming its hosts ("a, b and 3 more: text"), sorted."""
+    return _report_lines(preflight_findings(groups, hostvars, settings), settings)
+
+
+def _report_lines(findings, settings):
     max_hosts = int((settings or {}).get("report_max_hosts", 6))
     by_text = {}
-    for host, text in preflight_findings(groups, hostvars, settings):
+    for host, text in findings:
         hosts = by_text.setdefault(text, [])
         if host not in hosts:
             hosts.append(host)
@@ -627,4 +832,4 @@ def preflight_report(groups, hostvars, settings):
 
 class FilterModule:
     def filters(self):
-        return {"preflight_report": preflight_report}
+        return {"preflight_report": preflight_report, "preflight_results": preflight_results}

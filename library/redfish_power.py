@@ -24,8 +24,17 @@ description:
   - With O(read_cooling=true) also reads the coolant inlet temperature and the leak detectors from
     C(ThermalSubsystem) (and its C(LeakDetection) resource and C(LeakDetectors) collection where present)
     or C(Thermal) on older BMCs. Reading is never a change.
+  - "Refuses, before any write and in check mode too, a cap outside the range the BMC reports next to the cap:
+    the Control's C(AllowableMin)/C(AllowableMax) (HPE Cray C(SettingRangeMin)/C(SettingRangeMax)), or for the
+    Power schema C(PowerControl[0].PowerCapacityWatts) with HPE iLO's C(Oem.Hpe.MinimumSafelyAchievableCap) and
+    Lenovo XCC's C(Oem.Lenovo.PowerUtilization) limits (see RV(limit_range)). The task fails naming the BMC, the
+    cap and the range; V(0) (no cap) is never refused. A BMC that reports no range (Dell iDRAC and most HPE iLO
+    C(PowerLimit)s, IPMI DCMI) gives the module nothing to hold the cap against: it writes it, and the BMC's own
+    answer decides. The cap's floor (the node's GPUs and the rest of it) is checked by preflight before any run
+    reaches a BMC. A range bound that is present but not a number fails the task (fail closed)."
   - O(protocol=ipmi) uses C(ipmitool -I lanplus ... dcmi power get_limit/set_limit/activate), with the
-    password passed in the environment (C(ipmitool -E)), never on the command line; it reads no cooling.
+    password passed in the environment (C(ipmitool -E)), never on the command line; it reads no cooling and no
+    range.
   - In check mode reads everything and reports what would change without writing.
 version_added: "1.0.0"
 author:
@@ -167,6 +176,20 @@ resource:
   returned: always
   type: str
   sample: /redfish/v1/Chassis/1/Controls/PowerLimit
+limit_range:
+  description:
+    - The range of node caps the BMC reports next to the cap (O(limit_watts) outside it is refused); null when the
+      BMC reports none. V(min) or V(max) is null when only the other is reported.
+  returned: when protocol is redfish and the cap resource was read
+  type: dict
+  contains:
+    min: {description: The lowest cap the BMC reports (the highest of several reported minimums)., type: float}
+    max: {description: The highest cap the BMC reports (the lowest of several reported maximums)., type: float}
+    sources:
+      description: The fields the bounds come from (V(AllowableMin), V(PowerControl[0].PowerCapacityWatts)...).
+      type: list
+      elements: str
+  sample: {min: 0, max: 10200, sources: [AllowableMin, AllowableMax]}
 chassis:
   description: The chassis resource path used.
   returned: when protocol is redfish
@@ -220,7 +243,8 @@ from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 from ansible.module_utils.redfish_power import (
     RedfishError, chassis_members, chassis_path, control_limit, control_patch, cooling_checks,
-    find_power_limit_control, odata_id, parse_dcmi_limit, power_control_limit, power_control_patch, read_cooling)
+    find_power_limit_control, limit_range, odata_id, outside_range, parse_dcmi_limit, power_control_limit,
+    power_control_patch, range_text, read_cooling)
 
 
 class BmcFailure(Exception):
@@ -325,10 +349,19 @@ def _redfish(module):
             raise BmcFailure('BMC %s: chassis %s offers no %s power limit' % (
                 client.base, path, 'Controls' if p['interface'] == 'controls' else 'Controls or Power'))
         resource = result['resource'].split('#', 1)[0]
-        before = read(client.get(resource))
+        body = client.get(resource)
+        before = read(body)
         result['before_watts'] = result['limit_watts'] = before
+        result['limit_range'] = limit_range(body, result['interface'])
         want = p['limit_watts']
         if want is not None and want != before:
+            # The second guard after preflight: never write a cap the BMC itself says it cannot hold. Without a
+            # reported range there is nothing to hold the cap against here (preflight's floor still applies).
+            outside = outside_range(want, result['limit_range'])
+            if outside:
+                raise BmcFailure('BMC %s: refusing to write a node cap of %d W to %s: it is %s of the range the BMC '
+                                 'reports, %s; nothing was written' % (client.base, want, resource, outside,
+                                                                      range_text(result['limit_range'])))
             result['changed'] = True
             if not module.check_mode:
                 client.patch(resource, patch(want))

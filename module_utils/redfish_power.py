@@ -68,6 +68,84 @@ def control_patch(watts):
     return {'SetPoint': None, 'ControlMode': 'Disabled'}
 
 
+def _bound(where, value):
+    """A range bound the BMC reports: None when absent or null, a number of watts, else RedfishError (a bound that
+    cannot be read is not a bound that can be ignored)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise RedfishError('%s is %r, not a number of watts' % (where, value))
+    return value
+
+
+def limit_range(body, interface):
+    """The range of node caps the BMC reports next to the cap it holds: {min, max, sources} (min or max None when
+    only the other is reported), or None when it reports none (../shared/fixtures/redfish-notes.md, section 6.9).
+
+    controls: the Control's AllowableMin/AllowableMax (DMTF Control, read-only), or HPE Cray's non-DMTF
+    SettingRangeMin/SettingRangeMax. power: PowerControl[0].PowerCapacityWatts (the most the chassis can be
+    allocated) as the maximum; HPE iLO's Oem.Hpe.MinimumSafelyAchievableCap (when
+    MinimumSafelyAchievableCapValid) and Lenovo XCC's PowerControl[0].Oem.Lenovo.PowerUtilization MinLimitInWatts,
+    MaxLimitInWatts and CapacityMinAC (the real floor behind a MinLimitInWatts of 0). Of several minimums the highest
+    counts, of several maximums the lowest. A bound that is present but not a number, or a minimum above the
+    maximum, raises RedfishError naming the field."""
+    body = _dict(body)
+    lows, highs = [], []
+
+    def add(bounds, where, value):
+        value = _bound(where, value)
+        if value is not None:
+            bounds.append((value, where))
+
+    if interface == 'controls':
+        if 'AllowableMin' in body or 'AllowableMax' in body:
+            add(lows, 'AllowableMin', body.get('AllowableMin'))
+            add(highs, 'AllowableMax', body.get('AllowableMax'))
+        else:
+            add(lows, 'SettingRangeMin', body.get('SettingRangeMin'))
+            add(highs, 'SettingRangeMax', body.get('SettingRangeMax'))
+    else:
+        control = _dict((_list(body.get('PowerControl')) or [None])[0])
+        add(highs, 'PowerControl[0].PowerCapacityWatts', control.get('PowerCapacityWatts'))
+        hpe = _dict(_dict(body.get('Oem')).get('Hpe'))
+        if hpe.get('MinimumSafelyAchievableCapValid') is True:
+            add(lows, 'Oem.Hpe.MinimumSafelyAchievableCap', hpe.get('MinimumSafelyAchievableCap'))
+        lenovo = _dict(_dict(_dict(control.get('Oem')).get('Lenovo')).get('PowerUtilization'))
+        where = 'PowerControl[0].Oem.Lenovo.PowerUtilization.'
+        add(lows, where + 'MinLimitInWatts', lenovo.get('MinLimitInWatts'))
+        add(lows, where + 'CapacityMinAC', lenovo.get('CapacityMinAC'))
+        add(highs, where + 'MaxLimitInWatts', lenovo.get('MaxLimitInWatts'))
+    if not lows and not highs:
+        return None
+    low, high = max(lows) if lows else (None, None), min(highs) if highs else (None, None)
+    if low[0] is not None and high[0] is not None and low[0] > high[0]:
+        raise RedfishError('the reported cap range is empty: %s %r is above %s %r' % (low[1], low[0], high[1], high[0]))
+    return {'min': low[0], 'max': high[0], 'sources': [w for _v, w in lows + highs]}
+
+
+def outside_range(watts, rng):
+    """Why a cap of watts is outside the range limit_range found, or None when it is inside (or no range)."""
+    if not rng or not watts:
+        return None
+    if rng['min'] is not None and watts < rng['min']:
+        return 'below the %s W minimum' % _fmt(rng['min'])
+    if rng['max'] is not None and watts > rng['max']:
+        return 'above the %s W maximum' % _fmt(rng['max'])
+    return None
+
+
+def range_text(rng):
+    """'1600-5600 W', 'up to 5600 W' or 'at least 675 W', with the fields it comes from."""
+    low, high = rng['min'], rng['max']
+    text = ('%s-%s W' % (_fmt(low), _fmt(high)) if low is not None and high is not None
+            else 'up to %s W' % _fmt(high) if high is not None else 'at least %s W' % _fmt(low))
+    return '%s (%s)' % (text, ', '.join(rng['sources']))
+
+
+def _fmt(watts):
+    return ('%d' % watts) if float(watts).is_integer() else ('%g' % watts)
+
+
 def find_power_limit_control(members):
     """The first member of a ControlCollection (expanded bodies) with ControlType Power on the chassis."""
     for body in members:

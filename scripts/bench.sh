@@ -9,7 +9,7 @@ out=$(mktemp)
 {
   echo "# make bench $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'):" \
        "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo) GiB, $(uname -r)"
-  for bench in parsers fabric modules cluster; do
+  for bench in parsers fabric preflight modules cluster; do
     echo
     echo "## tests/bench/bench_$bench.py"
     "$py" "tests/bench/bench_$bench.py"

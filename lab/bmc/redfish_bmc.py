@@ -21,7 +21,10 @@ auth or Redfish sessions (X-Auth-Token):
 Both power resources read and write the same node cap, kept in a JSON state file so it survives a
 restart like a real BMC's. The state file also holds the sensor readings a test may change before a
 restart: coolant_inlet_c, coolant_outlet_c, cooling ("liquid" or "air"), leak_detected (false, or true = the
-cold-plate detector reads Critical) and psu_failed (true = the second supply reads Critical, redundancy lost). Never installed outside the lab (playbooks/lab/bmc.yml).
+cold-plate detector reads Critical) and psu_failed (true = the second supply reads Critical, redundancy lost), and
+the cap range: capacity_watts and min_limit_watts (reported as the Control's AllowableMax/AllowableMin and
+PowerControl[0].PowerCapacityWatts unless report_limit_range is false; a cap outside them is refused either way).
+Never installed outside the lab (playbooks/lab/bmc.yml).
 """
 
 import argparse
@@ -39,6 +42,9 @@ ODATA_VERSION = "4.0"
 DEFAULT_STATE = {
     "limit_watts": 0,          # 0 = no cap (LimitInWatts null)
     "capacity_watts": 10200,
+    "min_limit_watts": 0,      # the lowest cap it accepts (0 removes the cap), its AllowableMin
+    "report_limit_range": True,  # false: no AllowableMin/AllowableMax and no PowerCapacityWatts (iDRAC and iLO
+                                 # report none next to PowerLimit); it still refuses what is out of range
     "consumed_watts": 3100,
     "coolant_inlet_c": 32.0,
     "coolant_outlet_c": 41.0,
@@ -141,7 +147,7 @@ def chassis(state):
 def power(state):
     base = _chassis_base(state.chassis_id)
     limit = state.get("limit_watts")
-    return {
+    body = {
         "@odata.id": base + "/Power",
         "@odata.type": "#Power.v1_7_1.Power",
         "Id": "Power",
@@ -151,7 +157,6 @@ def power(state):
             "MemberId": "0",
             "Name": "Chassis power control",
             "PowerConsumedWatts": state.get("consumed_watts"),
-            "PowerCapacityWatts": state.get("capacity_watts"),
             "PowerLimit": {
                 "LimitInWatts": limit if limit else None,
                 "LimitException": "LogEventOnly",
@@ -175,6 +180,9 @@ def power(state):
             "Status": {"State": "Enabled", "Health": "Critical" if state.get("psu_failed") else "OK"},
         }],
     }
+    if state.get("report_limit_range"):
+        body["PowerControl"][0]["PowerCapacityWatts"] = state.get("capacity_watts")
+    return body
 
 
 def controls(state):
@@ -191,7 +199,7 @@ def controls(state):
 def power_limit_control(state):
     base = _chassis_base(state.chassis_id)
     limit = state.get("limit_watts")
-    return {
+    body = {
         "@odata.id": base + "/Controls/PowerLimit",
         "@odata.type": "#Control.v1_3_0.Control",
         "Id": "PowerLimit",
@@ -200,11 +208,12 @@ def power_limit_control(state):
         "ControlMode": "Automatic" if limit else "Disabled",
         "SetPoint": limit if limit else None,
         "SetPointUnits": "W",
-        "AllowableMin": 0,
-        "AllowableMax": state.get("capacity_watts"),
         "PhysicalContext": "Chassis",
         "Status": {"State": "Enabled", "Health": "OK"},
     }
+    if state.get("report_limit_range"):
+        body.update(AllowableMin=state.get("min_limit_watts"), AllowableMax=state.get("capacity_watts"))
+    return body
 
 
 def thermal(state):
@@ -474,10 +483,11 @@ class RedfishHandler(BaseHTTPRequestHandler):
         if isinstance(watts, bool) or not isinstance(watts, (int, float)):
             return self._send(400, redfish_error(
                 "PropertyValueTypeError", "The value %r is not a number of watts." % (watts,)))
-        if watts < 0 or watts > state.get("capacity_watts"):
+        low = state.get("min_limit_watts")
+        if watts < 0 or (0 < watts < low) or watts > state.get("capacity_watts"):
             return self._send(400, redfish_error(
                 "PropertyValueOutOfRange",
-                "The value %s is out of range 0-%s W." % (watts, state.get("capacity_watts"))))
+                "The value %s is out of range %s-%s W." % (watts, low, state.get("capacity_watts"))))
         state.set_limit(watts)
         return self._send(200, render(state))
 

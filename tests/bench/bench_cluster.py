@@ -34,10 +34,11 @@ BENCH = ROOT / ".lab" / "bench"
 VAULT = ["--vault-password-file", ".lab/vault-pass", "-e", "@.lab/secrets.vault.yml"]
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+"
                    r"skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
-# Copies of these lab hosts; one rack per 8 nodes, each node's even share of its rack as in rack_a.
+# Copies of these lab hosts; one rack per 8 nodes, each node's even share of its rack as in rack_a (the floor
+# preflight holds an hgx-h100-8gpu node to: 8 x 700 W + non_gpu_watts 4600 W).
 SOURCES = {"gpu": "gpu-a1", "lb": "lb-1", "mon": "mon-1"}
 NODES_PER_RACK = 8
-NODE_CAP_WATTS = 8000
+NODE_CAP_WATTS = 10200
 # A bench host reached over SSH has its sshd on 127.0.0.1:(this + last octet of its address).
 SSH_PORT_BASE = 22000
 SIZES = sorted(int(s) for s in os.environ.get("BENCH_SIZES", "4 8 16").split())

@@ -112,6 +112,15 @@ def test_bad_inventory_fails_before_any_change(case, results):
     assert recap, out[-3000:]
     assert "localhost" not in recap, "the second play ran"
     assert all(changed == 0 for changed, _ in recap.values()), recap
+    # One failure, the controller's, for the whole run: the list whole and first in the failure summary, one
+    # Origin, and no host pointing at another for it.
+    assert out.count("fatal: [") == 1 and " -> localhost]: FAILED!" in out, out[-3000:]
+    assert out.count("Origin:") == 1 and "the list is in the failure of" not in out, out[-3000:]
+    summary = out[out.index("FAILED HOSTS (1)"):]
+    first = summary.splitlines()[1]
+    assert first.endswith("which runs once for every host of the play, so none of them went on:"), first
+    for line in expected:
+        assert line in summary, "%r not whole in the failure summary:\n%s" % (line, summary[:3000])
     _assert_no_secret(out)
 
 
@@ -120,6 +129,14 @@ def test_good_inventory_passes(results):
     out = res["out"]
     assert res["rc"] == 0, out[-3000:]
     assert "Preflight found" not in out
+    # a line per check family, with what it read
+    for line in ("Preflight passed on 8 hosts:", "host names: 8 hosts", "management addresses: 8 hosts",
+                 "GPU nodes: 6, each with a node_index, a known hardware_profile and one rack of 2",
+                 "RoCE rails: 2 rails for 6 GPU nodes", "node plans: 6 GPU nodes", "role arguments: "):
+        assert line in out, "%r not in:\n%s" % (line, out[-3000:])
+    # the arguments of the preflight role are validated once, not once per host
+    assert len(re.findall(r"^ok: \[[^]]+\]", out[out.index("Validating arguments"):].split("TASK [")[1],
+                          re.M)) == 1
     assert res["marker"].exists()
     recap = _recap(out)
     assert recap.get("localhost") == (1, 0), recap

@@ -250,7 +250,7 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
     rc, out = run(str(BIN / "ansible"), "gpu_nodes", *VAULT, "-m", "ansible.builtin.command",
                   "-a", "systemctl is-enabled gpu-power-settings.service")
     assert len(re.findall(r"^gpu-\w+ \| CHANGED \| rc=0 >>\nenabled$", out, re.M)) == 6, out
-    # bmc_power capped every node through its lab BMC at the rack budget's even share (24000/3, 18000/3 W):
+    # bmc_power capped every node through its lab BMC at the rack budget's even share (30600/3, 21900/3 W):
     # read back over HTTPS with the fetched certificate, in the Controls and the Power schema alike.
     secrets = bmc_secrets()
     auth = "%s:%s" % (secrets["bmc_username"], secrets["bmc_password"])
@@ -258,7 +258,7 @@ def test_site_converges_and_every_node_is_ready(lab, tmp_path):
         chassis = redfish(node, "/redfish/v1/Chassis", auth)["Members"][0]["@odata.id"]
         control = redfish(node, chassis + "/Controls/PowerLimit", auth)
         power = redfish(node, chassis + "/Power", auth)
-        want = 8000 if node.startswith("gpu-a") else 6000
+        want = 10200 if node.startswith("gpu-a") else 7300
         assert control["SetPoint"] == want, (node, control)
         assert power["PowerControl"][0]["PowerLimit"]["LimitInWatts"] == want, (node, power)
     # The inference runtime serves on every node behind the load balancer, over TLS 1.3 only.

@@ -45,7 +45,7 @@ def test_bench_racks_hold_their_caps_and_get_the_lab_group_vars(tmp_path, monkey
     racks = data["all"]["children"]["gpu_nodes"]["children"]
     assert sorted(racks) == ["rack_bench1", "rack_bench2"]
     for rack in racks.values():
-        assert rack["vars"]["rack_power_budget_watts"] == bench_cluster.NODE_CAP_WATTS * len(rack["hosts"]) == 64000
+        assert rack["vars"]["rack_power_budget_watts"] == bench_cluster.NODE_CAP_WATTS * len(rack["hosts"]) == 81600
     n16 = inv["_meta"]["hostvars"]["bench-n16"]
     assert n16["bmc_power_port"] == 8443 and n16["lab_node_image"] == "gpulab-bench-gpu:latest"
     assert "ansible_connection" not in n16

@@ -81,6 +81,30 @@ def test_node_cap_is_explicit_or_the_share_bmc_power_applies():
     assert plan(groups=groups)["power"]["node_cap_watts"] is None
 
 
+def test_the_plan_states_the_node_floor_and_where_its_cap_comes_from():
+    """node_min_cap_watts: the GPUs at the limits the plan sets plus the profile's non_gpu_watts, the floor preflight
+    holds every node cap to; node_cap_source and rack_share_watts say where the cap comes from."""
+    groups = {"rack_b": ["gpu-b1", "gpu-b2", "gpu-b3"]}
+    power = plan()["power"]
+    assert (power["non_gpu_watts"], power["node_min_cap_watts"]) == (3300, 8 * 500 + 3300)
+    assert (power["node_cap_source"], power["rack_share_watts"]) == (None, None)
+    power = plan(gpu_power_limits_watts={0: 300}, gpu_power_node_budget_watts=3600, rack_budget_watts=8,
+                 groups=groups)["power"]
+    assert power["node_min_cap_watts"] == 300 + 7 * 471 + 3300
+    # a share of 2 W: the plan caps at it (what bmc_power would write), preflight reports it below the floor
+    assert (power["node_cap_watts"], power["node_cap_source"], power["rack_share_watts"]) == (
+        2, "rack_power_budget_watts", 2)
+    power = plan(rack_budget_watts=2, groups=groups)["power"]
+    assert (power["node_cap_watts"], power["node_cap_source"], power["rack_share_watts"]) == (None, None, 0)
+    power = plan(node_cap_watts=7300, rack_budget_watts=18000, groups=groups)["power"]
+    assert (power["node_cap_watts"], power["node_cap_source"], power["rack_share_watts"]) == (
+        7300, "bmc_power_node_cap_watts", None)
+    profile = dict(PROFILES["pcie-l40s-4gpu"])
+    del profile["non_gpu_watts"]  # a site profile from before the key: no floor (preflight names the missing key)
+    site = node_plan({"site-l40s": profile}, "gpu-s1", "site-l40s")
+    assert (site["power"]["non_gpu_watts"], site["power"]["node_min_cap_watts"]) == (None, None)
+
+
 def test_thermal_overrides_reach_the_health_check_as_they_reach_prometheus():
     overrides = {"hgx-a100-8gpu": {"alert": 80}}
     p = plan(thermal_overrides=overrides)

@@ -105,12 +105,20 @@ def test_thermal_profiles_use_the_catalogue_and_overrides():
     assert merged["pcie-l40s-4gpu"]["temperature_c"] == {"slowdown": 90, "alert": 80}
     assert merged["pcie-l40s-4gpu"]["gpu_count"] == 4
     assert PROFILES["pcie-l40s-4gpu"]["temperature_c"]["alert"] == 85  # the input is not modified
+    # a slowdown may be lowered (alerting earlier), never raised above the GPU's own
+    lowered = power.power_thermal_profiles(PROFILES, {"hgx-h100-8gpu": {"slowdown": 84, "alert": 80}})
+    assert lowered["hgx-h100-8gpu"]["temperature_c"] == {"slowdown": 84, "alert": 80}
 
 
 @pytest.mark.parametrize("overrides,message", [
     ({"hgx-h100-8gpu": {"alert": 87}}, "hgx-h100-8gpu: temperature_c.alert=87 must be below temperature_c.slowdown=87"),
     ({"hgx-x999": {"alert": 80}}, "bmc_power_gpu_temperature_c names hgx-x999, which is not a hardware profile"),
     ({"hgx-a100-8gpu": {"alert": "hot"}}, "hgx-a100-8gpu: temperature_c needs numbers slowdown and alert"),
+    ({"hgx-h100-8gpu": {"slowdown": 95, "alert": 92}},
+     "hgx-h100-8gpu: bmc_power_gpu_temperature_c slowdown=95 is above the profile's temperature_c.slowdown=87, where "
+     "the GPU itself slows down (an override may lower it, never raise it)"),
+    ({"hgx-h100-8gpu": 83}, "bmc_power_gpu_temperature_c.hgx-h100-8gpu=83 is not a mapping {slowdown, alert}"),
+    (["hgx-h100-8gpu"], "bmc_power_gpu_temperature_c=['hgx-h100-8gpu'] is not a mapping of hardware profile names"),
 ])
 def test_thermal_profiles_reject_bad_thresholds(overrides, message):
     with pytest.raises(AnsibleFilterError) as err:

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.join(ROOT, "lab", "bmc"))
 
 import redfish_bmc  # noqa: E402  (path set above)
 import redfish_power  # noqa: E402
-from ansible.module_utils.redfish_power import RedfishError, cooling_summary, parse_dcmi_limit  # noqa: E402
+from ansible.module_utils.redfish_power import (  # noqa: E402
+    RedfishError, cooling_summary, limit_range, parse_dcmi_limit)
 
 USER, PASSWORD = "labadmin", "unit-redfish-pw-S3CRET"
 
@@ -143,9 +144,111 @@ def test_wrong_password_fails_clearly_without_the_secret(lab, auth):
     assert not lab.state_path.exists() or lab.saved_limit() == 0
 
 
-def test_out_of_range_cap_is_the_bmcs_error(lab):
-    result, failed = lab.run(limit_watts=99999)
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("interface,watts,reason,reported", [
+    ("auto", 99999, "above the 10200 W maximum", "1600-10200 W (AllowableMin, AllowableMax)"),
+    ("auto", 800, "below the 1600 W minimum", "1600-10200 W (AllowableMin, AllowableMax)"),
+    ("power", 10201, "above the 10200 W maximum", "up to 10200 W (PowerControl[0].PowerCapacityWatts)"),
+])
+def test_a_cap_outside_the_range_the_bmc_reports_is_refused_before_any_write(tmp_path, cert, interface, watts, reason,
+                                                                             reported, check_mode):
+    """The second guard: the cap the BMC itself says it cannot hold is never written, in check mode either."""
+    bmc = Lab(tmp_path, cert, {"min_limit_watts": 1600, "limit_watts": 6000})
+    try:
+        result, failed = bmc.run(check_mode=check_mode, limit_watts=watts, interface=interface)
+        saved = bmc.saved_limit()
+    finally:
+        bmc.stop()
+    resource = "/redfish/v1/Chassis/1/" + ("Controls/PowerLimit" if interface == "auto" else "Power")
+    assert failed and result["msg"] == (
+        "BMC https://127.0.0.1:%d: refusing to write a node cap of %d W to %s: it is %s of the range the BMC reports, "
+        "%s; nothing was written" % (bmc.port, watts, resource, reason, reported)), result["msg"]
+    assert saved == 6000 and bmc.server.sessions == {}
+
+
+def test_a_cap_inside_the_range_and_no_cap_are_written_and_the_range_returned(tmp_path, cert):
+    bmc = Lab(tmp_path, cert, {"min_limit_watts": 1600})
+    try:
+        lowest, failed = bmc.run(limit_watts=1600)
+        assert not failed and bmc.saved_limit() == 1600, lowest
+        highest, failed = bmc.run(limit_watts=10200, interface="power")
+        assert not failed and bmc.saved_limit() == 10200, highest
+        removed, failed = bmc.run(limit_watts=0)  # 0 removes the cap: never refused, whatever the range
+        assert not failed and bmc.saved_limit() == 0, removed
+    finally:
+        bmc.stop()
+    assert lowest["limit_range"] == {"min": 1600, "max": 10200, "sources": ["AllowableMin", "AllowableMax"]}
+    assert highest["limit_range"] == {"min": None, "max": 10200, "sources": ["PowerControl[0].PowerCapacityWatts"]}
+
+
+@pytest.mark.parametrize("interface", ["auto", "power"])
+def test_a_bmc_that_reports_no_range_gets_the_cap_and_its_own_answer_decides(tmp_path, cert, interface):
+    """No AllowableMin/Max, no PowerCapacityWatts (iDRAC, iLO): the module cannot prove a cap unsafe, so it writes it
+    (preflight has held it to the node's floor) and the BMC's refusal is the failure, naming the BMC's error."""
+    bmc = Lab(tmp_path, cert, {"report_limit_range": False})
+    try:
+        ok, ok_failed = bmc.run(limit_watts=6000, interface=interface)
+        result, failed = bmc.run(limit_watts=99999, interface=interface)
+        saved = bmc.saved_limit()
+    finally:
+        bmc.stop()
+    assert not ok_failed and ok["limit_range"] is None and ok["limit_watts"] == 6000
     assert failed and "HTTP 400 Base.1.8.PropertyValueOutOfRange" in result["msg"], result["msg"]
+    assert saved == 6000
+
+
+# Cap resources as BMCs serve them (../shared/fixtures/redfish-notes.md and its sources): (interface, body, range)
+LIMIT_RANGES = [
+    # DMTF rackmount mockup Control: 150-1000 W
+    ("controls", {"ControlType": "Power", "SetPoint": 500, "AllowableMin": 150, "AllowableMax": 1000},
+     {"min": 150, "max": 1000, "sources": ["AllowableMin", "AllowableMax"]}),
+    # Lenovo XCC Controls/PowerLimit: AllowableMin 0 (the real floor is only in the Power resource's Oem)
+    ("controls", {"ControlType": "Power", "SetPoint": None, "ControlMode": "Disabled", "AllowableMin": 0,
+                  "AllowableMax": 5760}, {"min": 0, "max": 5760, "sources": ["AllowableMin", "AllowableMax"]}),
+    # HPE Cray EX node Control: non-DMTF SettingRangeMin/Max
+    ("controls", {"ControlType": "Power", "SettingRangeMin": 350, "SettingRangeMax": 850},
+     {"min": 350, "max": 850, "sources": ["SettingRangeMin", "SettingRangeMax"]}),
+    # a Control reporting a maximum only (AllowableMin null)
+    ("controls", {"ControlType": "Power", "AllowableMin": None, "AllowableMax": 5600},
+     {"min": None, "max": 5600, "sources": ["AllowableMax"]}),
+    # Dell iDRAC9 Power: PowerLimit without any range
+    ("power", {"PowerControl": [{"PowerLimit": {"LimitInWatts": 1205, "LimitException": "HardPowerOff"}}]}, None),
+    # HPE iLO 5: capacity, and a MinimumSafelyAchievableCap that is not valid (ignored)
+    ("power", {"Oem": {"Hpe": {"MinimumSafelyAchievableCap": None, "MinimumSafelyAchievableCapValid": False}},
+               "PowerControl": [{"PowerCapacityWatts": 1600, "PowerLimit": {"LimitInWatts": None}}]},
+     {"min": None, "max": 1600, "sources": ["PowerControl[0].PowerCapacityWatts"]}),
+    ("power", {"Oem": {"Hpe": {"MinimumSafelyAchievableCap": 412, "MinimumSafelyAchievableCapValid": True}},
+               "PowerControl": [{"PowerCapacityWatts": 1600}]},
+     {"min": 412, "max": 1600,
+      "sources": ["Oem.Hpe.MinimumSafelyAchievableCap", "PowerControl[0].PowerCapacityWatts"]}),
+    # Lenovo XCC Power: MinLimitInWatts 0 hides the floor CapacityMinAC 675
+    ("power", {"PowerControl": [{"PowerCapacityWatts": 750, "PowerLimit": {"LimitInWatts": None},
+                                 "Oem": {"Lenovo": {"PowerUtilization": {
+                                     "GuaranteedInWatts": 675, "LimitMode": "AC", "MaxLimitInWatts": 750,
+                                     "MinLimitInWatts": 0, "CapacityMaxAC": 782, "CapacityMinAC": 675}}}}]},
+     {"min": 675, "max": 750, "sources": ["PowerControl[0].Oem.Lenovo.PowerUtilization.MinLimitInWatts",
+                                          "PowerControl[0].Oem.Lenovo.PowerUtilization.CapacityMinAC",
+                                          "PowerControl[0].PowerCapacityWatts",
+                                          "PowerControl[0].Oem.Lenovo.PowerUtilization.MaxLimitInWatts"]}),
+]
+
+
+@pytest.mark.parametrize("interface,body,expected", LIMIT_RANGES)
+def test_limit_range_reads_what_each_bmc_reports(interface, body, expected):
+    assert limit_range(body, interface) == expected
+
+
+@pytest.mark.parametrize("interface,body,message", [
+    ("controls", {"AllowableMin": 0, "AllowableMax": "5760 W"}, "AllowableMax is '5760 W', not a number of watts"),
+    ("controls", {"AllowableMin": 6000, "AllowableMax": 5000},
+     "the reported cap range is empty: AllowableMin 6000 is above AllowableMax 5000"),
+    ("power", {"PowerControl": [{"PowerCapacityWatts": -1}]},
+     "PowerControl[0].PowerCapacityWatts is -1, not a number of watts"),
+])
+def test_a_range_that_cannot_be_read_fails_closed(interface, body, message):
+    with pytest.raises(RedfishError) as err:
+        limit_range(body, interface)
+    assert str(err.value) == message
 
 
 def test_unreachable_bmc_names_the_address(cert):
