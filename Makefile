@@ -71,7 +71,7 @@ molecule: setup
 integration: integration-inventories integration-lab
 
 # Broken inventories through the preflight play; inventories/example and its 1,000-node variant through preflight and
-# the plan command (no lab needed; preflight on the variant only with GPULAB_PREFLIGHT_1000=1).
+# the plan command (no lab needed).
 integration-inventories: setup
 	@scripts/stage.sh integration-inventories $(BIN)/pytest -q -p no:cacheprovider \
 	  tests/integration/test_bad_inventories.py tests/integration/test_example_inventory.py \
