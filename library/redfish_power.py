@@ -35,6 +35,13 @@ description:
   - O(protocol=ipmi) uses C(ipmitool -I lanplus ... dcmi power get_limit/set_limit/activate), with the
     password passed in the environment (C(ipmitool -E)), never on the command line; it reads no cooling and no
     range.
+  - "Fails closed on the cap it reads, naming the BMC, the field and the value: a C(PowerControl) that is not an
+    array of objects, a C(PowerControl[0]) without C(PowerLimit) (HPE iLO 6 and Supermicro X13 HGX keep the cap in
+    OEM resources), a C(LimitInWatts) or C(SetPoint) that is not null or a non-negative number (a string, a unit,
+    a boolean), a C(SetPointUnits) other than watts (BlueField's percent), a C(ControlMode) outside DMTF's four,
+    or a C(Status) of the resource holding the cap that is not C(Enabled) with a known C(Health). Null and
+    C(ControlMode) V(Disabled) read as no cap (V(0)). Any other answer it cannot account for fails the task
+    naming the BMC, never with a traceback."
   - In check mode reads everything and reports what would change without writing.
 version_added: "1.0.0"
 author:
@@ -340,6 +347,8 @@ def _redfish(module):
             collection = client.get(controls_path)
             control = find_power_limit_control([client.get(m) for m in chassis_members(collection)])
         if control is not None:
+            if not isinstance(control.get('@odata.id'), str):
+                raise RedfishError('the power limit Control has no @odata.id (%r)' % (control.get('@odata.id'),))
             result['interface'], result['resource'] = 'controls', control['@odata.id']
             read, patch = control_limit, control_patch
         elif p['interface'] in ('auto', 'power') and power_path:
@@ -444,6 +453,10 @@ def main():
         result = _ipmi(module) if module.params['protocol'] == 'ipmi' else _redfish(module)
     except BmcFailure as err:
         module.fail_json(msg=str(err))
+    except Exception as err:  # pylint: disable=broad-except
+        # Fail closed: an answer no branch above accounts for is named, never a traceback.
+        module.fail_json(msg='BMC %s: stopped at an answer the module cannot account for (%s: %s)'
+                         % (module.params['address'], type(err).__name__, to_native(err)))
     result['diff'] = {'before': {'limit_watts': result['before_watts']}, 'after': {'limit_watts': result['limit_watts']}}
     want = module.params['limit_watts']
     checks = [check('power_limit', result['resource'], 'ok', result['limit_watts'], want,

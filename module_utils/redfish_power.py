@@ -19,14 +19,18 @@ class RedfishError(Exception):
 
 def odata_id(body, key):
     """The @odata.id of a link property, or None."""
-    link = (body or {}).get(key)
-    if isinstance(link, dict):
-        return link.get('@odata.id')
+    link = body.get(key) if isinstance(body, dict) else None
+    if isinstance(link, dict) and isinstance(link.get('@odata.id'), str):
+        return link['@odata.id']
     return None
 
 
 def chassis_members(collection):
-    return [m.get('@odata.id') for m in (collection or {}).get('Members', []) if m.get('@odata.id')]
+    """The @odata.id of every member of a collection; a Members that is not a list of links raises RedfishError."""
+    members = collection.get('Members', []) if isinstance(collection, dict) else None
+    if not isinstance(members, list):
+        raise RedfishError('the collection\'s Members is %r, not a list' % (members,))
+    return [m.get('@odata.id') for m in members if isinstance(m, dict) and isinstance(m.get('@odata.id'), str)]
 
 
 def chassis_path(get, chassis_id=None):
@@ -39,23 +43,73 @@ def chassis_path(get, chassis_id=None):
     return members[0]
 
 
+def _limit_watts(where, value):
+    """A cap the BMC reports: 0 when null (no cap), else int watts; a string, a unit, a boolean, a negative, NaN
+    or infinite value raises RedfishError naming the field (a cap that cannot be read is not "no cap")."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
+            or value == float('inf'):
+        raise RedfishError('%s is %r, not a number of watts' % (where, value))
+    return int(round(value))
+
+
 def power_control_limit(power):
-    """PowerControl[0].PowerLimit.LimitInWatts of a Power resource: int watts, 0 when no cap (null)."""
-    try:
-        control = power['PowerControl'][0]
-    except (KeyError, IndexError, TypeError):
-        raise RedfishError('the Power resource has no PowerControl[0]')
-    limit = (control.get('PowerLimit') or {}).get('LimitInWatts')
-    return int(round(limit)) if limit is not None else 0
+    """PowerControl[0].PowerLimit.LimitInWatts of a Power resource: int watts, 0 when no cap (null).
+
+    Fails closed (RedfishError naming field and value): no PowerControl[0] object, a PowerControl[0] whose
+    Status is not Enabled with a known Health, no PowerLimit object (iLO 6 and Supermicro X13 HGX keep the cap in
+    OEM resources: redfish-notes.md section 6.2), or a LimitInWatts that is not null or a number of watts."""
+    controls = power.get('PowerControl') if isinstance(power, dict) else None
+    if not isinstance(controls, list) or not controls or not isinstance(controls[0], dict):
+        raise RedfishError('the Power resource has no PowerControl[0] object (PowerControl is %r)'
+                           % (controls if not isinstance(controls, list) else (controls[:1] or controls),))
+    control = controls[0]
+    problem = _status_problem('PowerControl[0]', control.get('Status'))
+    if problem:
+        raise RedfishError(problem)
+    if 'PowerLimit' not in control:
+        raise RedfishError('PowerControl[0] has no PowerLimit: this BMC does not hold a node cap in its Power '
+                           'resource (the cap may live in an OEM resource)')
+    limit = control['PowerLimit']
+    if limit is None:
+        return 0
+    if not isinstance(limit, dict) or 'LimitInWatts' not in limit:
+        raise RedfishError('PowerControl[0].PowerLimit is %r, not an object with LimitInWatts' % (limit,))
+    return _limit_watts('PowerControl[0].PowerLimit.LimitInWatts', limit['LimitInWatts'])
+
+
+# ControlMode values (DMTF Control): every one but Disabled applies the SetPoint (redfish-notes.md).
+_CONTROL_MODES = ('Automatic', 'Override', 'Manual', 'Disabled')
+# SetPointUnits: UCUM "W" (DMTF), "Watt" (Lenovo XCC); a percent (BlueField) or anything else is not watts.
+_WATT_UNITS = ('W', 'Watt')
 
 
 def control_limit(control):
-    """SetPoint of a Control resource (ControlType Power): int watts, 0 when no cap (null or Disabled)."""
+    """SetPoint of a Control resource (ControlType Power): int watts, 0 when no cap (ControlMode Disabled, or
+    SetPoint null).
+
+    Fails closed (RedfishError naming field and value): not an object, another ControlType, a ControlMode outside
+    DMTF's four, SetPointUnits other than watts, a Status not Enabled with a known Health while the cap applies, or
+    a SetPoint that is not null or a number of watts."""
+    if not isinstance(control, dict):
+        raise RedfishError('the power limit Control is %r, not an object' % (control,))
     if control.get('ControlType') not in (None, 'Power'):
-        raise RedfishError('the control is of type %s, not Power' % control.get('ControlType'))
-    if control.get('ControlMode') == 'Disabled' or control.get('SetPoint') is None:
+        raise RedfishError('the control is of type %r, not Power' % (control.get('ControlType'),))
+    mode = control.get('ControlMode')
+    if mode is not None and mode not in _CONTROL_MODES:
+        raise RedfishError('the Control\'s ControlMode is %r, not one of %s' % (mode, ', '.join(_CONTROL_MODES)))
+    if mode == 'Disabled':
         return 0
-    return int(round(control['SetPoint']))
+    units = control.get('SetPointUnits')
+    if units is not None and units not in _WATT_UNITS:
+        raise RedfishError('the Control\'s SetPointUnits is %r, not watts' % (units,))
+    problem = _status_problem('the Control', control.get('Status'))
+    if problem:
+        raise RedfishError(problem)
+    if 'SetPoint' not in control:
+        raise RedfishError('the Control has no SetPoint while its ControlMode is %r' % (mode,))
+    return _limit_watts('the Control\'s SetPoint', control['SetPoint'])
 
 
 def power_control_patch(watts):
@@ -149,7 +203,8 @@ def _fmt(watts):
 def find_power_limit_control(members):
     """The first member of a ControlCollection (expanded bodies) with ControlType Power on the chassis."""
     for body in members:
-        if body.get('ControlType') == 'Power' and body.get('PhysicalContext', 'Chassis') == 'Chassis':
+        if isinstance(body, dict) and body.get('ControlType') == 'Power' \
+                and body.get('PhysicalContext', 'Chassis') == 'Chassis':
             return body
     return None
 

@@ -12,6 +12,7 @@ import copy
 import os
 import sys
 
+import pytest
 from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(ROOT, "lab", "bmc"))
 
 import redfish_bmc  # noqa: E402  (path set above)
-from ansible.module_utils.redfish_power import cooling_summary, power_summary  # noqa: E402
+from ansible.module_utils.redfish_power import (RedfishError, control_limit, cooling_summary,  # noqa: E402
+                                                power_control_limit, power_summary)
 
 STATE = redfish_bmc.BmcState(None, "1")
 DOCS = {
@@ -132,3 +134,85 @@ def test_a_failed_supply_loses_redundancy_and_environment_metrics_give_the_draw(
     assert power_summary(None, {"PowerWatts": {"Reading": None}})["problems"] == [
         "EnvironmentMetrics PowerWatts.Reading is None, not a power in watts"]
     assert power_summary()["problems"] == ["the chassis links neither Power nor EnvironmentMetrics: no power reading"]
+
+
+# ---- the node cap the BMC holds (power_control_limit, control_limit), same method: damaged documents raise
+# RedfishError (the module fails naming BMC, field and value) or read the cap the untouched documents read;
+# they read "no cap" only where the damage is DMTF's own way of saying so (a null limit, ControlMode Disabled).
+CAPPED = redfish_bmc.BmcState(None, "1")
+CAPPED.data["limit_watts"] = 6000
+CAP_DOCS = {"power": redfish_bmc.power(CAPPED), "control": redfish_bmc.power_limit_control(CAPPED)}
+CAP_PATHS = sorted((p for p in leaves(CAP_DOCS) if len(p) > 1), key=repr)
+NO_CAP = {("power", "PowerControl", 0, "PowerLimit", "LimitInWatts"): (None,),
+          ("power", "PowerControl", 0, "PowerLimit"): (None,),
+          ("control", "SetPoint"): (None,),
+          ("control", "ControlMode"): ("Disabled",)}
+CAP_BAD_VALUES = BAD_VALUES + ("6000 W", "6000", "6 kW", -6000, float("inf"), "Watt", "%", "Override")
+
+
+def read_cap(docs):
+    return power_control_limit(docs["power"]), control_limit(docs["control"])
+
+
+def test_the_untouched_cap_documents_read_the_cap():
+    assert read_cap(CAP_DOCS) == (6000, 6000)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(path=st.sampled_from(CAP_PATHS), value=st.sampled_from(CAP_BAD_VALUES + (DROP,)))
+def test_a_damaged_cap_document_never_reads_another_cap(path, value):
+    docs = mutate(CAP_DOCS, path, value)
+    which = 0 if path[0] == "power" else 1
+    try:
+        got = read_cap(docs)[which]
+    except RedfishError:
+        return
+    if got == 0 and value in NO_CAP.get(path, ()) and value is not DROP:
+        return
+    assert got == 6000, (path, value, got)
+
+
+@pytest.mark.parametrize("power, message", [
+    ({"PowerControl": None}, "the Power resource has no PowerControl[0] object (PowerControl is None)"),
+    ({"PowerControl": [None]}, "the Power resource has no PowerControl[0] object (PowerControl is [None])"),
+    ({"PowerControl": [{"PowerLimit": {"LimitInWatts": "6000 W"}}]},
+     "PowerControl[0].PowerLimit.LimitInWatts is '6000 W', not a number of watts"),
+    ({"PowerControl": [{"PowerLimit": {"LimitInWatts": -6000}}]},
+     "PowerControl[0].PowerLimit.LimitInWatts is -6000, not a number of watts"),
+    ({"PowerControl": [{"PowerLimit": "6000"}]},
+     "PowerControl[0].PowerLimit is '6000', not an object with LimitInWatts"),
+    ({"PowerControl": [{"Name": "iLO 6 DL380a Gen11"}]},
+     "PowerControl[0] has no PowerLimit: this BMC does not hold a node cap in its Power resource"),
+    ({"PowerControl": [{"PowerLimit": {"LimitInWatts": 6000}, "Status": {"State": "UnavailableOffline"}}]},
+     "PowerControl[0]: Status.State is 'UnavailableOffline', not Enabled"),
+])
+def test_the_power_limit_path_fails_closed_naming_field_and_value(power, message):
+    with pytest.raises(RedfishError) as err:
+        power_control_limit(power)
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("control, message", [
+    ({"ControlType": "Power", "ControlMode": "Manual", "SetPoint": 60, "SetPointUnits": "%"},
+     "the Control's SetPointUnits is '%', not watts"),
+    ({"ControlType": "Power", "ControlMode": "Automatic", "SetPoint": "6000"},
+     "the Control's SetPoint is '6000', not a number of watts"),
+    ({"ControlType": "Power", "ControlMode": "Automatic", "SetPoint": -1}, "the Control's SetPoint is -1"),
+    ({"ControlType": "Power", "ControlMode": "Paused", "SetPoint": 6000}, "the Control's ControlMode is 'Paused'"),
+    ({"ControlType": "Power", "ControlMode": "Manual"}, "the Control has no SetPoint while its ControlMode is"),
+])
+def test_the_control_path_fails_closed_naming_field_and_value(control, message):
+    with pytest.raises(RedfishError) as err:
+        control_limit(control)
+    assert str(err.value).startswith(message)
+
+
+def test_real_vendor_shapes_of_the_cap_still_read():
+    # Lenovo XCC: "Watt", Manual; IBM: a SetPoint kept while Disabled is no cap (redfish-notes.md)
+    assert control_limit({"ControlType": "Power", "ControlMode": "Manual", "SetPoint": 5000,
+                          "SetPointUnits": "Watt"}) == 5000
+    assert control_limit({"ControlMode": "Disabled", "SetPoint": 2500}) == 0
+    # iLO 5: LimitInWatts null is no cap; iDRAC9 integer watts
+    assert power_control_limit({"PowerControl": [{"PowerLimit": {"LimitInWatts": None}}]}) == 0
+    assert power_control_limit({"PowerControl": [{"PowerLimit": {"CorrectionInMs": 1000, "LimitException":
+                                                                 "HardPowerOff", "LimitInWatts": 1205}}]}) == 1205
