@@ -68,7 +68,7 @@ def _module_column(result, module):
 
 
 def _gpu_columns(result):
-    names = ("gpus", "ecc", "xid", "pcie")
+    names = GPU_COLUMNS
     checks, error = _checks(result, "gpu_health")
     if error:
         return dict((c, error) for c in names)
@@ -189,15 +189,25 @@ def _gate_column(*gates):
     return status or "skip", reasons
 
 
-def readiness_row(results, node, rack="", profile=""):
+GPU_COLUMNS = ("gpus", "ecc", "xid", "pcie")
+_NOT_READY = ("fail", "error", "missing")
+
+
+def readiness_row(results, node, rack="", profile="", gpu_fail_on=("fail",)):
     """One node's readiness from {'topology': ..., 'gpu': ..., 'rdma': ..., 'fabric': ...} results.
 
     'fabric' is optional: fabric_verify's verdict for the node; without it the column is 'skip'.
     'nccl', 'nccl_multi_node' and 'dcgm' are optional (nccl_bandwidth / dcgm_diag results): the nccl column
     joins the single- and multi-node runs; a gate not given or not run is 'skip'.
+    A column at fail, error or missing makes the node not ready; gpu_fail_on (node_verify_fail_on: warn, fail)
+    names the gpu_health statuses that do in the GPU columns (gpus, ecc, xid, pcie), error and missing always.
     """
     if not isinstance(results, dict):
         raise AnsibleFilterError("readiness_row: results for %s must be a dict, got %r" % (node, type(results)))
+    if isinstance(gpu_fail_on, str) or not all(s in ("warn", "fail") for s in (gpu_fail_on or ())):
+        raise AnsibleFilterError("readiness_row: gpu_fail_on for %s must be a list of warn and fail, got %r"
+                                 % (node, gpu_fail_on))
+    gpu_not_ready = tuple(gpu_fail_on) + ("error", "missing")
     columns = {}
     columns["topology"] = _module_column(results.get("topology"), "nvlink_topology")
     columns.update(_gpu_columns(results.get("gpu")))
@@ -210,7 +220,8 @@ def readiness_row(results, node, rack="", profile=""):
     for col in COLUMNS:
         status, reasons = columns[col]
         row["columns"][col] = {"status": status, "reasons": reasons}
-        row["reasons"].extend("%s: %s" % (col, r) for r in reasons if status in ("fail", "error", "missing"))
+        not_ready = gpu_not_ready if col in GPU_COLUMNS else _NOT_READY
+        row["reasons"].extend("%s: %s" % (col, r) for r in reasons if status in not_ready)
     row["ready"] = not row["reasons"]
     row["verdict"] = "ready" if row["ready"] else "NOT READY"
     return row

@@ -86,6 +86,20 @@ def test_checks_land_in_their_columns_and_warnings_do_not_gate():
     assert "  gpu-b1: (warn) gpus: GPU1 temperature: 84 C" in readiness_table([row]).splitlines()
 
 
+def test_node_verify_fail_on_decides_which_gpu_statuses_hold_a_node_back():
+    """node_verify_fail_on reaches the report: [warn, fail] makes a GPU warning a reason; other columns'
+    warnings (fabric, rdma) stay advisory; a value outside warn/fail is refused naming the node."""
+    res = _results(gpu_checks={1: {"temperature": {"severity": "warn", "message": "84 C"}}})
+    res["fabric"] = {"status": "warn", "reasons": ["rail0: slow"]}
+    assert readiness_row(res, "gpu-b1")["ready"]
+    assert readiness_row(res, "gpu-b1", gpu_fail_on=["fail"])["ready"]
+    row = readiness_row(res, "gpu-b1", "rack_b", "hgx-h100-8gpu", ["warn", "fail"])
+    assert not row["ready"] and row["reasons"] == ["gpus: GPU1 temperature: 84 C"]
+    for bad in (["ok"], "warn", ["Fail"]):
+        with pytest.raises(AnsibleFilterError, match="gpu_fail_on for gpu-b1"):
+            readiness_row(res, "gpu-b1", gpu_fail_on=bad)
+
+
 def test_fabric_verdict_gates_on_fail_only():
     res = _results()
     res["fabric"] = {"status": "warn", "reasons": ["rail0 gpu-a1 -> gpu-a2 (...): too big (gpu-a2 is at fault)"]}
