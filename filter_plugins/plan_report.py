@@ -13,6 +13,7 @@ stopping the others; the playbook fails after showing them all.
 
 import importlib.util
 import json
+import re
 import os
 from collections.abc import Mapping
 
@@ -239,6 +240,28 @@ def plan_report(hosts, hostvars, groups, hardware_profiles, settings=None):
             "problems": plan_problems(rows), "nodes": len(rows)}
 
 
+def plan_gpu_alerts(hosts, hostvars, groups, hardware_profiles):
+    """[{alert_c, nodes}] by GPU alert temperature, lowest first: each node's threshold from its own plan
+    (thermal.alert_c: its profile with the bmc_power_gpu_temperature_c it sees), the very number gpu_health grades
+    it with, whichever group sets the override. A node whose plan cannot be computed is left out (preflight names
+    it); Prometheus then alerts on it by its profile label or the default."""
+    by_alert = {}
+    for host in hosts or []:
+        try:
+            plan = node_plan_of(host, host_view(hostvars[host]), groups, hardware_profiles)
+        except (AnsibleFilterError, KeyError):
+            continue
+        by_alert.setdefault(plan["thermal"]["alert_c"], []).append(host)
+    return [{"alert_c": alert, "nodes": sorted(nodes), "node_regex": promql_node_regex(nodes)}
+            for alert, nodes in sorted(by_alert.items())]
+
+
+def promql_node_regex(nodes):
+    """The node names as one alternation, ready for a PromQL string: regex metacharacters escaped (a dot of an FQDN
+    matches a dot only), each backslash doubled for the string literal."""
+    return "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\\\1", str(n)) for n in sorted(nodes))
+
+
 class FilterModule:
     def filters(self):
-        return {"plan_report": plan_report}
+        return {"plan_report": plan_report, "plan_gpu_alerts": plan_gpu_alerts, "promql_node_regex": promql_node_regex}

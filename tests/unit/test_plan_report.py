@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 import gen_inventory  # noqa: E402
 from node_plan import NODE_PLAN_INPUTS, NODE_PLAN_VARIABLES, node_plan_of  # noqa: E402
-from plan_report import VARIABLES, plan_report, plan_rows, plan_table  # noqa: E402
+from plan_report import VARIABLES, plan_gpu_alerts, plan_report, plan_rows, plan_table, promql_node_regex  # noqa: E402,E501
 
 CATALOGUE = yaml.safe_load((REPO / "playbooks" / "vars" / "hardware_profiles.yml").read_text())
 PROFILES, THRESHOLDS = CATALOGUE["hardware_profiles"], CATALOGUE["acceptance_thresholds"]
@@ -273,3 +273,19 @@ def test_a_thousand_node_variant_fits_the_examples_address_plan(tmp_path):
 def test_the_examples_vault_password_is_marked_as_a_dummy():
     assert (EXAMPLE / "DUMMY-vault-password.txt").read_text().startswith("DUMMY-example-only")
     assert (EXAMPLE / "group_vars" / "all" / "vault.yml").read_text().startswith("$ANSIBLE_VAULT;1.1;AES256")
+
+
+def test_gpu_alerts_group_nodes_by_their_own_plans_threshold():
+    """Prometheus's GPU temperature alert reads each node's plan: an override a node sees (whatever group sets
+    it) moves that node alone; a node whose plan cannot be computed is left to the profile label."""
+    base = {"hardware_profile": "hgx-h100-8gpu", "group_names": ["gpu_nodes", "rack_a"], "rdma_rails": RAILS}
+    hostvars = {
+        "n1.dc.example": dict(base, node_index=0),
+        "n2": dict(base, node_index=1, bmc_power_gpu_temperature_c={"hgx-h100-8gpu": {"alert": 80}}),
+        "n3": dict(base, node_index=2, hardware_profile="no-such-profile"),
+    }
+    groups = {"gpu_nodes": list(hostvars), "rack_a": list(hostvars)}
+    alerts = plan_gpu_alerts(list(hostvars), hostvars, groups, PROFILES)
+    assert alerts == [{"alert_c": 80, "nodes": ["n2"], "node_regex": "n2"},
+                      {"alert_c": 85, "nodes": ["n1.dc.example"], "node_regex": "n1\\\\.dc\\\\.example"}]
+    assert promql_node_regex(["b", "a+1"]) == "a\\\\+1|b"

@@ -12,6 +12,7 @@ packages (`prometheus`, `prometheus-alertmanager`) are fetched with `apt-get dow
 to install.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -85,7 +86,7 @@ def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("promtool")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     rc, log = _run([str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
-                    str(TESTS_DIR / "render.yml"), "-e", "out_dir=%s" % out,
+                    "-i", str(TESTS_DIR / "thermal-override.yml"), str(TESTS_DIR / "render.yml"), "-e", "out_dir=%s" % out,
                     "-e", "_prometheus_rules_dir=%s" % out, "-e", RENDER_VARS], cwd=str(REPO), env=env)
     assert rc == 0, log[-3000:]
     for test_file in TESTS_DIR.glob("*.test.yml"):
@@ -163,3 +164,16 @@ def test_amtool_walks_the_routing_tree(tools, rendered, labels, receivers):
     config = "--config.file=%s" % (rendered / "alertmanager.yml")
     rc, out = _run([tools["amtool"], "config", "routes", "test", config] + labels)
     assert rc == 0 and out.strip().splitlines()[-1] == receivers, out
+
+
+def test_a_thermal_override_in_group_vars_gpu_nodes_reaches_prometheus_and_gpu_health(rendered):
+    """tests/promtool/thermal-override.yml lowers the A100 alert to 78 C for gpu_nodes: the rendered alert holds
+    gpu-b1 and gpu-b2 (A100) at 78 C and the H100 and L40S nodes at their profiles' 85 C, and gpu_health's expected
+    values for gpu-b1 (its node_plan, rendered in a play of gpu-b1) carry the same 78 C; the promtool test
+    (gpu-cluster-alerts.test.yml) sees gpu-b1 at 84 C alert."""
+    rules = yaml.safe_load((rendered / RULE_FILES[0]).read_text())["groups"]
+    expr = next(r["expr"] for g in rules for r in g["rules"] if r.get("alert") == "GPUTemperatureHigh")
+    assert '(DCGM_FI_DEV_GPU_TEMP{node=~"gpu-b1|gpu-b2"} > 78)' in expr, expr
+    assert '(DCGM_FI_DEV_GPU_TEMP{node=~"gpu-a1|gpu-a2|gpu-a3|gpu-b3"} > 85)' in expr, expr
+    expected = json.loads((rendered / "gpu_health_expected-gpu-b1.json").read_text())
+    assert expected["temperature_alert_c"] == 78, expected
