@@ -31,11 +31,6 @@ PACKAGES = ("prometheus", "prometheus-alertmanager")
 RENDER_VARS = ('{"prometheus_kpi_gpu_hour_usd": 3.6, "alertmanager_eda_url": "http://127.0.0.1:5000/alerts", '
                '"hardware_profiles_extra": {"lab-test-80c": {"temperature_c": {"alert": 80, "slowdown": 83}}}}')
 RULE_FILES = ("gpu-cluster-alerts.rules.yml", "inference-kpis.rules.yml")
-ALERTS = {"GPUHighUtilization", "GPUTemperatureHigh", "NodeTemperatureHigh", "NodePacketLoss",
-          "GPUXidErrors", "GPUNVLinkErrors", "GPUHealthCheckFailed", "GPUHealthMetricsStale", "NodeDown",
-          "ExporterDown", "CoolantLeak", "CoolantInletHigh", "CoolantInletLow", "NodePowerOverCap",
-          "PSURedundancyLost", "BMCReadingFailed", "PFCStorm", "NodeRemediationFailed", "RDMACountersUnreadable"}
-
 
 def _run(argv, **kw):
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
@@ -101,16 +96,15 @@ def test_promtool_unit_tests(tools, rendered, test_file):
 
 
 def test_every_alert_is_shipped_and_tested(rendered):
+    """The rendered rules and the promtool tests name the same alerts (no list typed here: an alert added to the
+    template needs a test that fires it, a test of an alert that is gone fails)."""
     alerts = {r["alert"] for g in yaml.safe_load((rendered / RULE_FILES[0]).read_text())["groups"]
               for r in g["rules"]}
-    assert alerts == ALERTS
-    tested = {t["alertname"] for f in TESTS_DIR.glob("*.test.yml")
-              for case in yaml.safe_load(f.read_text())["tests"] for t in case.get("alert_rule_test", [])}
-    assert alerts - tested == set()
-    for alert in ALERTS:
-        cases = [t for f in TESTS_DIR.glob("*.test.yml") for case in yaml.safe_load(f.read_text())["tests"]
-                 for t in case.get("alert_rule_test", []) if t["alertname"] == alert]
-        assert any(c["exp_alerts"] for c in cases), "%s is never tested firing" % alert
+    cases = [t for f in TESTS_DIR.glob("*.test.yml") for case in yaml.safe_load(f.read_text())["tests"]
+             for t in case.get("alert_rule_test", [])]
+    assert {t["alertname"] for t in cases} == alerts
+    for alert in alerts:
+        assert any(c["exp_alerts"] for c in cases if c["alertname"] == alert), "%s is never tested firing" % alert
 
 
 def test_every_recording_rule_is_tested(rendered):
