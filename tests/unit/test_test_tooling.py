@@ -175,13 +175,15 @@ def test_a_lab_test_without_a_budget_stops_the_run(tmp_path):
 
 
 DELEGATED = """
-- name: Run a custom module on the controller for two hosts at once
+- name: Run a task on the controller for two hosts at once, as bmc_power's BMC call
   hosts: all
   gather_facts: false
   tasks:
     - name: Name the process that runs the delegated module
       ansible.builtin.shell: ps -o args= -p "$PPID"
-      delegate_to: localhost
+      delegate_to: "{{ bmc_power_delegate_to }}"
+      vars:
+        ansible_connection: "{{ CONNECTION }}"
       changed_when: false
       register: runner
     - name: Show it
@@ -190,29 +192,32 @@ DELEGATED = """
 """
 
 
-def test_lab_tasks_delegated_to_the_controller_bypass_mitogen(tmp_path):
-    """Under the lab's Mitogen strategy, the lab inventory's localhost runs delegated tasks through Ansible's own
-    local connection (a process per task), not a Mitogen context shared by every host's task (a forked
-    custom module there could wait forever on a lock)."""
+def test_the_labs_bmc_calls_bypass_mitogen(tmp_path):
+    """Under the lab's Mitogen strategy, bmc_power's call on the controller runs with the connection the lab sets
+    (bmc_power_delegate_connection): a process per node's call, not a fork in one Mitogen context shared by every
+    node's call (which could wait forever on a lock). The play delegates as roles/bmc_power/tasks/cap.yml does,
+    with its connection expression; without the lab's setting the same play runs in Mitogen's context."""
     import ansible_mitogen.plugins.strategy as strategy
-    (tmp_path / "host_vars").mkdir()
-    (tmp_path / "host_vars" / "localhost.yml").write_text(
-        (ROOT / "inventories" / "lab" / "host_vars" / "localhost.yml").read_text())
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1: {ansible_connection: local}\n"
-                                        "    h2: {ansible_connection: local}\n")
-    (tmp_path / "play.yml").write_text(DELEGATED)
+    cap = yaml.safe_load((ROOT / "roles" / "bmc_power" / "tasks" / "cap.yml").read_text())[0]
+    expression = cap["vars"]["ansible_connection"].strip()
+    lab = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "gpu_nodes" / "power.yml").read_text())
+    defaults = yaml.safe_load((ROOT / "roles" / "bmc_power" / "defaults" / "main.yml").read_text())
+    (tmp_path / "play.yml").write_text(DELEGATED.replace('"{{ CONNECTION }}"', json.dumps(expression)))
     env = dict(os.environ, ANSIBLE_STRATEGY="mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=os.path.dirname(
         strategy.__file__), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    runners = re.findall(r'"msg": "RUNNER (.*)"', proc.stdout)
-    assert len(runners) == 2, proc.stdout
-    assert all("AnsiballZ_command.py" in r and "mitogen" not in r for r in runners), runners
-    # Without the file, the same play runs in Mitogen's context: the test can tell the two apart.
-    (tmp_path / "host_vars" / "localhost.yml").unlink()
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert re.findall(r'"msg": "RUNNER (.*mitogen.*)"', proc.stdout), proc.stdout
+
+    def runners(connection):
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": {
+            "bmc_power_delegate_to": defaults["bmc_power_delegate_to"], "bmc_power_delegate_connection": connection},
+            "hosts": {"h1": {"ansible_connection": "local"}, "h2": {"ansible_connection": "local"}}}}))
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+                               str(tmp_path / "play.yml")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = re.findall(r'"msg": "RUNNER (.*)"', proc.stdout)
+        assert len(found) == 2, proc.stdout
+        return found
+
+    assert lab["bmc_power_delegate_connection"] == "ansible.builtin.local"
+    assert all("AnsiballZ_command.py" in r and "mitogen" not in r for r in runners("ansible.builtin.local"))
+    assert all("mitogen" in r for r in runners(defaults["bmc_power_delegate_connection"]))
