@@ -122,7 +122,7 @@ def node_tasks(recap):
 
 def executed(recap):
     """Tasks that ran a module on each host: ok (changed included) and failed, not skipped."""
-    return {h: ok + failed for h, (ok, _, _, failed, _, _, _, _) in recap.items()}
+    return {h: ok + failed for h, (ok, _, _, failed, _, _, _) in recap.items()}
 
 
 def floor(inv, size, site, *extra, mitogen=False):

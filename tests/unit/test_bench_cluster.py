@@ -70,3 +70,14 @@ def test_the_docker_variant_names_each_container(tmp_path, monkeypatch):
         assert v["ansible_connection"] == "community.docker.docker"
         assert v["ansible_docker_host"] == "gpulab-" + name and v["ansible_host"].startswith("198.18.0.")
         assert v["ansible_pipelining"] is True and "ansible_port" not in v
+
+
+def test_recap_counts():
+    """The bench's reading of a play recap: executed = ok + failed per host, node tasks = every result but
+    changed, rescued and ignored (a bench run once died here unpacking the recap)."""
+    out = ("gpu-a1                     : ok=12   changed=3    unreachable=0    failed=1    skipped=4    rescued=0    "
+           "ignored=0\nlb-1                       : ok=5    changed=0    unreachable=1    failed=0    skipped=2    "
+           "rescued=1    ignored=2\n")
+    recap = {m.group(1): [int(g) for g in m.groups()[1:]] for m in bench_cluster.RECAP.finditer(out)}
+    assert bench_cluster.executed(recap) == {"gpu-a1": 13, "lb-1": 5}
+    assert bench_cluster.node_tasks(recap) == (12 + 0 + 1 + 4) + (5 + 1 + 0 + 2)
